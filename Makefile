@@ -1,0 +1,62 @@
+# Laneway task runner: one entry point for people and CI. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.laneway-installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,bench,dev]'
+	@touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create the virtualenv and install Laneway with its tools (reused when present)
+
+.PHONY: jars
+jars: $(STAMP) ## fetch the Kafka broker and Spark extra jars from Maven Central (cached in ~/.cache/laneway)
+	$(PY) -m laneway.ops.jars kafka spark
+
+.PHONY: lint
+lint: $(STAMP) ## ruff and mypy --strict
+	$(VENV)/bin/ruff check laneway tests bench
+	$(VENV)/bin/ruff format --check laneway tests bench
+	$(VENV)/bin/mypy
+
+.PHONY: test
+test: jars lint ## run the whole suite (lint, unit, integration on a real local broker)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+.PHONY: demo
+demo: jars ## run the main job on the embedded defaults
+	$(PY) -m laneway.demo
+
+.PHONY: bench
+bench: jars ## run the benchmarks (quick mode; BENCH_MODE=full for the long one)
+	$(PY) -m bench --mode $${BENCH_MODE:-quick}
+
+.PHONY: broker
+broker: jars ## start a detached local broker (stop it with `make broker-stop`)
+	$(VENV)/bin/laneway broker start
+
+.PHONY: broker-stop
+broker-stop: ## stop the detached local broker
+	$(VENV)/bin/laneway broker stop
+
+.PHONY: fmt
+fmt: $(STAMP) ## format and autofix
+	$(VENV)/bin/ruff format laneway tests bench
+	$(VENV)/bin/ruff check --fix laneway tests bench
+
+.PHONY: clean
+clean: ## remove the virtualenv and caches in the tree (not the jar cache)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

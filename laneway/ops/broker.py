@@ -1,0 +1,293 @@
+"""A local Apache Kafka broker (KRaft, one combined broker+controller node) on 127.0.0.1.
+
+The jars come from Maven Central through :mod:`laneway.ops.jars`. :class:`LocalBroker`
+formats a fresh log directory, writes ``server.properties``, starts the JVM and
+returns once the broker answers metadata requests. It stops only the process it
+started.
+
+    with LocalBroker.create() as broker:
+        print(broker.bootstrap)
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from laneway.ops import jars
+
+__all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "wait_for_metadata"]
+
+logger = logging.getLogger(__name__)
+
+_LOG4J = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={log_dir}
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+log.retention.hours=336
+log.segment.bytes=67108864
+"""
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be fetched, started or stopped."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_metadata(bootstrap: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """True once a Kafka cluster at ``bootstrap`` answers a metadata request.
+
+    Gives up early (False) when ``alive()`` turns false, e.g. the broker process exited.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    quiet = logging.getLogger("laneway.ops.broker.probe")
+    quiet.setLevel(logging.CRITICAL)
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000, "log_level": 0},
+        logger=quiet,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            md = admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+        except Exception:  # KafkaException while the broker is not yet up
+            time.sleep(0.2)
+            continue
+        if md.brokers:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """What ``laneway broker start`` records so ``stop`` can find its process."""
+
+    pid: int
+    bootstrap: str
+    data_dir: str
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> BrokerInfo | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def alive(self) -> bool:
+        """True while the recorded PID is a Kafka JVM over this data dir."""
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return False
+        return "kafka.Kafka" in cmdline and self.data_dir in cmdline
+
+
+class LocalBroker:
+    """One Kafka broker process on loopback, owned by this object."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        heap: str = "512m",
+        owns_data_dir: bool = False,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.heap = heap
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._owns_data_dir = owns_data_dir
+
+    @classmethod
+    def create(cls, *, port: int | None = None) -> LocalBroker:
+        """A broker over a new temporary data directory, removed on stop."""
+        return cls(Path(tempfile.mkdtemp(prefix="laneway-kafka-")), port=port, owns_data_dir=True)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def _java(self) -> str:
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+        if not java:
+            raise BrokerError("java is not installed or not on PATH (Kafka needs Java 17+)")
+        return java
+
+    def _command(self, libs: Path, main: str, *args: str) -> list[str]:
+        return [
+            self._java(),
+            f"-Xmx{self.heap}",
+            f"-Xms{min(256, int(self.heap.rstrip('m')))}m" if self.heap.endswith("m") else "-Xms256m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            f"{libs}/*",
+            main,
+            *args,
+        ]
+
+    def start(self, *, timeout: float = 60.0, detach: bool = False) -> LocalBroker:
+        """Format, launch and wait until the broker answers; raise :class:`BrokerError` otherwise."""
+        libs = jars.ensure(jars.KAFKA)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = self.data_dir / "logs"
+        props = self.data_dir / "server.properties"
+        props.write_text(
+            _PROPERTIES.format(port=self.port, controller_port=self.controller_port, log_dir=log_dir)
+        )
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
+        if not (log_dir / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(
+                self._command(libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if fmt.returncode != 0:
+                raise BrokerError(f"formatting {log_dir} failed:\n{fmt.stdout}{fmt.stderr}")
+        out = (self.data_dir / "stdout.log").open("ab")
+        self.proc = subprocess.Popen(
+            self._command(libs, "kafka.Kafka", str(props)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=detach,
+        )
+        out.close()
+        proc = self.proc
+        if wait_for_metadata(self.bootstrap, timeout, alive=lambda: proc.poll() is None):
+            logger.info("kafka broker up at %s (pid %d)", self.bootstrap, proc.pid)
+            return self
+        if proc.poll() is not None:
+            raise BrokerError(
+                f"the broker exited with code {proc.returncode} during start-up:\n{self.log_tail()}"
+            )
+        self.stop()
+        raise BrokerError(f"the broker did not answer within {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = ""
+        for f in (self.log_file, self.data_dir / "stdout.log"):
+            with contextlib.suppress(OSError):
+                text += "\n".join(f.read_text(errors="replace").splitlines()[-lines:]) + "\n"
+        return text or "(no broker log was written)"
+
+    def info(self) -> BrokerInfo:
+        if self.proc is None:
+            raise BrokerError("the broker was not started")
+        return BrokerInfo(pid=self.proc.pid, bootstrap=self.bootstrap, data_dir=str(self.data_dir))
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the process this object started (SIGTERM, then SIGKILL after ``timeout``)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._owns_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (for fault tests); its data directory is kept for a restart."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> LocalBroker:
+        return self.start() if self.proc is None else self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def stop_recorded(info: BrokerInfo, timeout: float = 20.0) -> bool:
+    """Stop a detached broker recorded by ``laneway broker start``; False when it was not running."""
+    if not info.alive():
+        return False
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not info.alive():
+            return True
+        time.sleep(0.2)
+    os.kill(info.pid, signal.SIGKILL)
+    return True

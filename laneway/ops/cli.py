@@ -1,0 +1,124 @@
+"""The ``laneway`` command line.
+
+laneway broker start|stop|status     a local Kafka broker on 127.0.0.1
+laneway run module:app               run a Laneway app
+laneway topics|lag|replay|dlq|health operate a cluster
+laneway catalog ...                  the data-catalog domain
+laneway pipeline run                 the Spark pipeline into Delta tables
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from laneway.ops import broker as broker_mod
+from laneway.ops import jars
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="Laneway: ordered, at-least-once, key-parallel Kafka processing.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+broker_app = typer.Typer(help="A local Kafka broker (KRaft) on 127.0.0.1, for development and tests.")
+app.add_typer(broker_app, name="broker")
+
+
+def _state_file() -> Path:
+    return jars.cache_dir() / "broker" / "state.json"
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print a one-line error to stderr and return the Exit to raise."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code)
+
+
+@broker_app.command("start")
+def broker_start(
+    port: Annotated[int, typer.Option(help="listener port; 0 picks a free one")] = 0,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="log directory; default a new one under the cache")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the broker to answer")] = 60.0,
+) -> None:
+    """Start a detached broker and print its bootstrap address.
+
+    Example: laneway broker start && export LANEWAY_BOOTSTRAP=$(laneway broker status --quiet)
+    """
+    state = _state_file()
+    info = broker_mod.BrokerInfo.load(state)
+    if info is not None and info.alive():
+        typer.echo(info.bootstrap)
+        typer.secho(f"already running (pid {info.pid})", err=True)
+        return
+    root = state.parent
+    root.mkdir(parents=True, exist_ok=True)
+    data = data_dir or Path(tempfile.mkdtemp(prefix="data-", dir=root))
+    b = broker_mod.LocalBroker(data, port=port or None)
+    try:
+        b.start(timeout=timeout, detach=True)
+    except broker_mod.BrokerError as exc:
+        raise fail(str(exc)) from exc
+    b.info().save(state)
+    typer.echo(b.bootstrap)
+    typer.secho(f"broker pid {b.info().pid}, data {data}", err=True)
+
+
+@broker_app.command("stop")
+def broker_stop() -> None:
+    """Stop the broker that `laneway broker start` started (and only that one)."""
+    state = _state_file()
+    info = broker_mod.BrokerInfo.load(state)
+    if info is None or not broker_mod.stop_recorded(info):
+        typer.secho("no broker started by laneway is running", err=True)
+    else:
+        typer.echo(f"stopped broker pid {info.pid} at {info.bootstrap}")
+        if info.data_dir.startswith(str(state.parent)):
+            shutil.rmtree(info.data_dir, ignore_errors=True)
+    state.unlink(missing_ok=True)
+
+
+@broker_app.command("status")
+def broker_status(quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False) -> None:
+    """Print the running broker's bootstrap address; exit 1 when none runs."""
+    info = broker_mod.BrokerInfo.load(_state_file())
+    if info is None or not info.alive() or not broker_mod.wait_for_metadata(info.bootstrap, 5.0):
+        if not quiet:
+            typer.secho("no broker started by laneway is running", err=True)
+        raise typer.Exit(1)
+    typer.echo(
+        info.bootstrap if quiet else f"running: {info.bootstrap} (pid {info.pid}, data {info.data_dir})"
+    )
+
+
+# Each module adds its commands to the root app through ``register(app)``; they
+# import their heavy dependencies (pyspark, the engine) inside the commands.
+_SUBCOMMAND_MODULES = (
+    "laneway.ops.run_cli",
+    "laneway.ops.kafka_cli",
+    "laneway.catalog.cli",
+    "laneway.spark.cli",
+)
+
+
+def _register_subcommands() -> None:
+    for name in _SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+def main() -> None:
+    _register_subcommands()
+    app(prog_name="laneway")
+
+
+if __name__ == "__main__":
+    main()

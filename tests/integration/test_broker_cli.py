@@ -1,0 +1,51 @@
+"""`laneway broker start|status|stop` through the CLI runner, and the launcher's error path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from laneway.ops import broker as broker_mod
+from laneway.ops.cli import app
+
+
+def test_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_cache = broker_mod.jars.cache_dir()
+    monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
+    # share the already fetched jars with the temporary cache
+    libs = broker_mod.jars.KAFKA.libs(real_cache)
+    target = broker_mod.jars.KAFKA.libs(tmp_path)
+    target.parent.mkdir(parents=True)
+    target.symlink_to(libs)
+    (target.parent / ".complete").write_text("x")
+
+    runner = CliRunner()
+    started = runner.invoke(app, ["broker", "start"])
+    assert started.exit_code == 0, started.output
+    bootstrap = started.stdout.strip().splitlines()[0]
+    assert bootstrap.startswith("127.0.0.1:")
+    info = broker_mod.BrokerInfo.load(tmp_path / "broker" / "state.json")
+    assert info is not None and info.alive() and info.bootstrap == bootstrap
+    try:
+        status = runner.invoke(app, ["broker", "status", "--quiet"])
+        assert status.exit_code == 0 and status.stdout.strip() == bootstrap
+        again = runner.invoke(app, ["broker", "start"])
+        assert again.exit_code == 0 and again.stdout.strip() == bootstrap  # no second broker
+    finally:
+        stopped = runner.invoke(app, ["broker", "stop"])
+    assert stopped.exit_code == 0
+    assert not info.alive()
+    assert not Path(f"/proc/{info.pid}").exists() or not info.alive()
+    assert runner.invoke(app, ["broker", "status"]).exit_code == 1
+
+
+def test_start_failure_quotes_the_log(tmp_path: Path) -> None:
+    broker = broker_mod.LocalBroker(tmp_path / "data", heap="1m")  # the JVM refuses a 1 MB heap
+    with pytest.raises(broker_mod.BrokerError) as err:
+        broker.start(timeout=30)
+    assert "heap" in str(err.value).lower()
+    assert broker.proc is None or broker.proc.poll() is not None
+    assert os.path.isdir(tmp_path / "data")

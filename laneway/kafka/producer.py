@@ -1,0 +1,340 @@
+"""A Kafka producer over confluent-kafka: serializers, headers, partitioners, compression,
+batching, idempotent by default, a synchronous and an asynchronous send, flush on close.
+
+    with Producer("127.0.0.1:9092", value_serde="json") as producer:
+        meta = producer.send("orders", {"id": 1}, key="customer-7")   # waits for the ack
+        future = producer.send_async("orders", {"id": 2}, key="customer-7")
+    # leaving the block flushes what is still in flight
+
+A background thread serves delivery reports, so futures complete without the caller
+polling. :meth:`Producer.send` blocks until the broker acknowledged the record (or
+raises); :meth:`Producer.send_async` returns at once with a
+``concurrent.futures.Future[RecordMetadata]``.
+
+Errors::
+
+    ProducerError             root of this module's errors
+    ├── ProduceError          a record was not delivered; keeps the KafkaError and the record
+    └── ProducerClosedError   the producer was used after close()
+
+Serialization failures raise :class:`laneway.kafka.serde.SerializationError` before
+anything is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+import confluent_kafka
+
+from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
+from laneway.kafka.serde import Serde, SerdeName, resolve
+
+__all__ = [
+    "Acks",
+    "Batching",
+    "Compression",
+    "Headers",
+    "ProduceError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerError",
+    "RecordMetadata",
+]
+
+logger = logging.getLogger(__name__)
+
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+Acks = Literal["all", "1", "0"]
+#: record headers as a mapping or as (name, value) pairs; str values are UTF-8 encoded
+Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
+
+
+class ProducerError(Exception):
+    """Root of the producer's errors."""
+
+
+class ProduceError(ProducerError):
+    """A record was not delivered. ``kafka_error`` is confluent-kafka's error when there is one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        kafka_error: confluent_kafka.KafkaError | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.kafka_error = kafka_error
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.kafka_error is not None and self.kafka_error.retriable())
+
+
+class ProducerClosedError(ProducerError):
+    """The producer is closed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batching:
+    """How records are grouped into requests (librdkafka ``linger.ms``, ``batch.size`` ...)."""
+
+    #: wait up to this long for more records before sending a batch
+    linger_ms: float = 5.0
+    #: largest batch in bytes per partition
+    batch_size: int = 1_000_000
+    #: largest batch in records per partition
+    max_records: int = 10_000
+    #: records buffered in the client before send blocks
+    buffer_records: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.linger_ms < 0:
+            raise ValueError(f"linger_ms must be >= 0, got {self.linger_ms}")
+        for name in ("batch_size", "max_records", "buffer_records"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where the broker stored a record."""
+
+    topic: str
+    partition: int
+    offset: int
+    #: the record's timestamp in ms since the epoch, when the broker reported one
+    timestamp: int | None = field(default=None, compare=False)
+
+
+def encode_headers(headers: Headers | None) -> list[tuple[str, bytes | None]] | None:
+    """Headers in confluent-kafka's list form, str values UTF-8 encoded."""
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+
+
+class Producer:
+    """A thread-safe producer. Idempotent with ``acks=all`` unless told otherwise.
+
+    ``extra`` passes librdkafka settings through unchanged (they win over the others).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        key_serde: Serde | SerdeName = "str",
+        value_serde: Serde | SerdeName = "json",
+        partitioner: Partitioner | None = None,
+        compression: Compression = "lz4",
+        batching: Batching | None = None,
+        acks: Acks = "all",
+        idempotent: bool = True,
+        delivery_timeout: float = 120.0,
+        client_id: str = "laneway",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        if idempotent and acks != "all":
+            raise ValueError("an idempotent producer needs acks='all'")
+        if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
+            raise ValueError(f"unknown compression {compression!r}")
+        batching = batching or Batching()
+        self.bootstrap = bootstrap
+        self.key_serde = resolve(key_serde)
+        self.value_serde = resolve(value_serde)
+        self.partitioner: Partitioner = partitioner or DefaultPartitioner()
+        self._own_partitioning = not isinstance(self.partitioner, DefaultPartitioner)
+        self.config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "acks": acks,
+            "enable.idempotence": idempotent,
+            "compression.type": compression,
+            "linger.ms": batching.linger_ms,
+            "batch.size": batching.batch_size,
+            "batch.num.messages": batching.max_records,
+            "queue.buffering.max.messages": batching.buffer_records,
+            "message.timeout.ms": int(delivery_timeout * 1000),
+            "partitioner": "murmur2_random",
+            "error_cb": self._on_error,
+            "logger": logger,
+            **(extra or {}),
+        }
+        self._producer = confluent_kafka.Producer(self.config)
+        self._partitions: dict[str, int] = {}
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="laneway-producer-poll", daemon=True)
+        self._poller.start()
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        *,
+        key: Any = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        timeout: float = 30.0,
+    ) -> RecordMetadata:
+        """Send one record and wait for the broker's acknowledgement; raise :class:`ProduceError`."""
+        future = self.send_async(
+            topic, value, key=key, headers=headers, partition=partition, timestamp=timestamp, timeout=timeout
+        )
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            raise ProduceError(
+                f"no acknowledgement from {topic!r} within {timeout:g}s", topic=topic
+            ) from None
+
+    def send_async(
+        self,
+        topic: str,
+        value: Any = None,
+        *,
+        key: Any = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        timeout: float = 30.0,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future gives its :class:`RecordMetadata` or a :class:`ProduceError`.
+
+        Blocks (up to ``timeout``) only while the client's buffer is full.
+        """
+        if self._closed.is_set():
+            raise ProducerClosedError("the producer is closed")
+        key_bytes = self.key_serde.serialize(key)
+        value_bytes = self.value_serde.serialize(value)
+        if partition is None and self._own_partitioning:
+            partition = self.partitioner.partition(topic, key_bytes, self.partition_count(topic))
+        future: Future[RecordMetadata] = Future()
+        future.set_running_or_notify_cancel()
+
+        def delivered(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+            if err is not None:
+                future.set_exception(
+                    ProduceError(
+                        f"delivery to {topic!r} failed: {err.str()}",
+                        topic=topic,
+                        key=key_bytes,
+                        value=value_bytes,
+                        kafka_error=err,
+                    )
+                )
+                return
+            ts_type, ts = msg.timestamp()
+            future.set_result(
+                RecordMetadata(
+                    topic=topic,
+                    partition=msg.partition() or 0,
+                    offset=msg.offset() or 0,
+                    timestamp=ts if ts_type != confluent_kafka.TIMESTAMP_NOT_AVAILABLE else None,
+                )
+            )
+
+        kwargs: dict[str, Any] = {"key": key_bytes, "value": value_bytes, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if timestamp is not None:
+            kwargs["timestamp"] = timestamp
+        encoded = encode_headers(headers)
+        if encoded:
+            kwargs["headers"] = encoded
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return future
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    raise ProduceError(
+                        f"the send buffer stayed full for {timeout:g}s", topic=topic, key=key_bytes
+                    ) from None
+                self._producer.poll(0.05)
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                raise ProduceError(
+                    f"cannot send to {topic!r}: {exc}",
+                    topic=topic,
+                    key=key_bytes,
+                    value=value_bytes,
+                    kafka_error=err if isinstance(err, confluent_kafka.KafkaError) else None,
+                ) from exc
+
+    def partition_count(self, topic: str, timeout: float = 10.0) -> int:
+        """Number of partitions of ``topic`` (cached); raise :class:`ProduceError` if it does not exist."""
+        count = self._partitions.get(topic)
+        if count is None:
+            try:
+                md = self._producer.list_topics(topic, timeout=timeout)
+            except confluent_kafka.KafkaException as exc:
+                raise ProduceError(f"cannot read metadata of {topic!r}: {exc}", topic=topic) from exc
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None or not tmd.partitions:
+                raise ProduceError(f"topic {topic!r} does not exist", topic=topic)
+            count = self._partitions[topic] = len(tmd.partitions)
+        return count
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait until every queued record is acknowledged or failed; return how many remain."""
+        return int(self._producer.flush(timeout))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush, then stop. Raise :class:`ProduceError` if records were still undelivered."""
+        if self._closed.is_set():
+            return
+        remaining = self.flush(timeout)
+        self._closed.set()
+        self._poller.join()
+        self._producer.poll(0)
+        if remaining:
+            raise ProduceError(f"{remaining} records were still undelivered after {timeout:g}s", topic="*")
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def client(self) -> confluent_kafka.Producer:
+        """The underlying confluent-kafka producer."""
+        return self._producer
+
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._producer.poll(0.1)
+            except Exception:  # a callback raised: keep serving the others
+                logger.exception("a producer callback raised")
+
+    @staticmethod
+    def _on_error(err: confluent_kafka.KafkaError) -> None:
+        if err.fatal():
+            logger.error("fatal producer error: %s", err.str())
+        else:
+            logger.warning("producer error: %s", err.str())

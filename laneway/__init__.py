@@ -1,0 +1,26 @@
+"""Laneway: ordered, at-least-once, key-parallel Kafka processing.
+
+The public surface: :class:`App` with its policies, the :class:`Event` handlers receive,
+and the exception tree rooted at :class:`LanewayError`.
+"""
+
+from laneway.app import App, AppSettings
+from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
+from laneway.engine.events import Event
+from laneway.engine.policies import Backpressure, Delay, Retry
+
+__all__ = [
+    "App",
+    "AppSettings",
+    "Backpressure",
+    "ConfigError",
+    "DeadLetterError",
+    "Delay",
+    "EngineStopped",
+    "Event",
+    "HandlerFailed",
+    "LanewayError",
+    "Retry",
+]
+
+__version__ = "0.1.0"

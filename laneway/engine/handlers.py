@@ -1,0 +1,58 @@
+"""A registered handler and its options."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from laneway.engine.errors import ConfigError
+from laneway.engine.events import Event
+from laneway.engine.policies import Delay, OnFailure, Ordering, Retry
+
+__all__ = ["DeadLetterSink", "HandlerFn", "HandlerSpec"]
+
+HandlerFn = Callable[[Event], Any] | Callable[[Event], Awaitable[Any]]
+
+
+class DeadLetterSink(Protocol):
+    """Where exhausted and unreadable events go. ``send`` blocks until the record is durable
+    and raises :class:`~laneway.engine.errors.DeadLetterError` when it cannot be."""
+
+    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandlerSpec:
+    """One handler: the topic it serves and its policies."""
+
+    topic: str
+    fn: HandlerFn
+    ordering: Ordering = "key"
+    retry: Retry = field(default_factory=Retry)
+    delay: Delay | None = None
+    on_failure: OnFailure = "dead_letter"
+    dead_letter_topic: str | None = None
+    deserializer: Callable[[bytes | None], Any] | None = None
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.topic:
+            raise ConfigError("topic", "must be a non-empty topic name")
+        if self.ordering not in ("key", "partition", "unordered"):
+            raise ConfigError("ordering", f"must be key, partition or unordered, got {self.ordering!r}")
+        if self.on_failure not in ("dead_letter", "halt"):
+            raise ConfigError("on_failure", f"must be dead_letter or halt, got {self.on_failure!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError("timeout", f"must be > 0, got {self.timeout}")
+        if not callable(self.fn):
+            raise ConfigError("handler", f"{self.fn!r} is not callable")
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.topic}.dlq"

@@ -1,0 +1,54 @@
+"""The engine's metric hooks: a small protocol with a no-op default.
+
+The Prometheus implementation lives in :mod:`laneway.ops.metrics`; the engine only
+calls these methods. Hot-path calls (``processed``) must be cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["Metrics", "NoopMetrics"]
+
+
+class Metrics(Protocol):
+    def processed(self, topic: str, seconds: float) -> None:
+        """An event finished successfully after ``seconds`` in its handler."""
+
+    def failed_attempt(self, topic: str, error_type: str) -> None:
+        """A handler attempt raised."""
+
+    def retried(self, topic: str) -> None:
+        """An event was scheduled for another attempt."""
+
+    def dead_lettered(self, topic: str, reason: str) -> None:
+        """An event went to the dead-letter topic (``reason``: handler or deserialize)."""
+
+    def stuck(self, topic: str) -> None:
+        """A handler ran past its timeout."""
+
+    def observe_engine(self, gauges: Callable[[], dict[str, float]]) -> None:
+        """Register a callback giving the engine's gauges (events, bytes, lanes, delayed)."""
+
+
+class NoopMetrics:
+    """Metrics that go nowhere: the default for library use and unit tests."""
+
+    def processed(self, topic: str, seconds: float) -> None:
+        pass
+
+    def failed_attempt(self, topic: str, error_type: str) -> None:
+        pass
+
+    def retried(self, topic: str) -> None:
+        pass
+
+    def dead_lettered(self, topic: str, reason: str) -> None:
+        pass
+
+    def stuck(self, topic: str) -> None:
+        pass
+
+    def observe_engine(self, gauges: Callable[[], dict[str, float]]) -> None:
+        pass

@@ -1,0 +1,58 @@
+"""The state manager's core: per partition, which offsets are in process and which are done.
+
+Offsets enter in increasing order (as a partition is consumed) and finish in any
+order. The commit position is the lowest offset not yet done, or one past the
+highest offset seen when everything is done. It never passes an unfinished offset.
+
+A deque of in-process offsets in arrival order plus a set of finished ones gives
+O(1) amortised ``add``, ``done`` and ``position`` (the design we follow uses two
+min-heaps; arrival order makes the heap unnecessary).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["OffsetTracker"]
+
+
+class OffsetTracker:
+    """Not thread-safe: the engine guards it with its lock."""
+
+    __slots__ = ("_done", "_last_committed", "_pending", "highest")
+
+    def __init__(self) -> None:
+        self._pending: deque[int] = deque()
+        self._done: set[int] = set()
+        self.highest = -1
+        self._last_committed: int | None = None
+
+    def add(self, offset: int) -> None:
+        if offset <= self.highest:
+            raise ValueError(f"offset {offset} is not above the highest seen ({self.highest})")
+        self._pending.append(offset)
+        self.highest = offset
+
+    def done(self, offset: int) -> None:
+        self._done.add(offset)
+
+    @property
+    def in_process(self) -> int:
+        return len(self._pending) - len(self._done)
+
+    def position(self) -> int | None:
+        """The offset to commit (next to consume), or None before any offset was added."""
+        pending, done = self._pending, self._done
+        while pending and pending[0] in done:
+            done.discard(pending.popleft())
+        if pending:
+            return pending[0]
+        return self.highest + 1 if self.highest >= 0 else None
+
+    def to_commit(self) -> int | None:
+        """The position if it moved since the last call that returned one, else None."""
+        pos = self.position()
+        if pos is None or pos == self._last_committed:
+            return None
+        self._last_committed = pos
+        return pos

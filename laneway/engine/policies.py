@@ -1,0 +1,91 @@
+"""Per-handler and per-app policies: frozen, keyword-only, validated at construction.
+
+Each raises :class:`~laneway.engine.errors.ConfigError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from laneway.engine.errors import ConfigError
+
+__all__ = ["Backpressure", "Delay", "OnFailure", "Ordering", "Retry"]
+
+#: ``key``: one lane per record key (null keys fall back to their partition);
+#: ``partition``: one lane per partition; ``unordered``: every record on its own.
+Ordering = Literal["key", "partition", "unordered"]
+#: what happens after an event's last failed attempt
+OnFailure = Literal["dead_letter", "halt"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """Exponential backoff with jitter. ``max_attempts=1`` means no retry.
+
+    The n-th retry waits ``min(max_backoff, initial_backoff * multiplier**(n-1))``,
+    reduced by a random fraction up to ``jitter``. Only exceptions that are instances
+    of ``retry_on`` are retried; others go straight to the failure path.
+    """
+
+    max_attempts: int = 3
+    initial_backoff: float = 0.1
+    max_backoff: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.5
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("retry.max_attempts", f"must be >= 1, got {self.max_attempts}")
+        if self.initial_backoff < 0:
+            raise ConfigError("retry.initial_backoff", f"must be >= 0, got {self.initial_backoff}")
+        if self.max_backoff < self.initial_backoff:
+            raise ConfigError("retry.max_backoff", "must be >= initial_backoff")
+        if self.multiplier < 1:
+            raise ConfigError("retry.multiplier", f"must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigError("retry.jitter", f"must be within [0, 1], got {self.jitter}")
+
+    def should_retry(self, error: BaseException, attempt: int) -> bool:
+        return attempt < self.max_attempts and isinstance(error, self.retry_on)
+
+    def backoff(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        return base * (1.0 - self.jitter * rand())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delay:
+    """Process an event no earlier than its timestamp plus ``seconds``."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0:
+            raise ConfigError("delay.seconds", f"must be >= 0, got {self.seconds}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backpressure:
+    """Caps on what the engine holds in memory (queued, delayed, retrying and running events).
+
+    Above either cap the consumer pauses its partitions; it resumes once both are
+    below ``resume_at`` times their cap. The event cap is hard: the consumer never
+    fetches more than the room left. The byte cap may be passed by one poll batch.
+    """
+
+    max_events: int = 10_000
+    max_bytes: int = 64 * 1024 * 1024
+    resume_at: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_events < 1:
+            raise ConfigError("backpressure.max_events", f"must be >= 1, got {self.max_events}")
+        if self.max_bytes < 1:
+            raise ConfigError("backpressure.max_bytes", f"must be >= 1, got {self.max_bytes}")
+        if not 0 < self.resume_at < 1:
+            raise ConfigError("backpressure.resume_at", f"must be within (0, 1), got {self.resume_at}")

@@ -1,0 +1,64 @@
+"""One thread that fires callbacks at due times (delays and retry backoffs)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Timer"]
+
+logger = logging.getLogger(__name__)
+
+
+class Timer:
+    """``schedule(due, fn)`` calls ``fn()`` on the timer thread once ``time.time() >= due``.
+
+    Callbacks must be quick (they hand work to the processor pool).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="laneway-timer", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def schedule(self, due: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), fn))
+            if self._heap[0][2] is fn:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    if self._heap:
+                        wait = self._heap[0][0] - self._clock()
+                        if wait <= 0:
+                            break
+                        self._cond.wait(min(wait, 1.0))
+                    else:
+                        self._cond.wait(1.0)
+                if self._stopped:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:
+                logger.exception("timer callback failed")
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join(5)

@@ -1,0 +1,314 @@
+"""The consumer side: one thread per consumer, polling Kafka into the processor.
+
+Each :class:`KafkaSource` owns a confluent-kafka ``Consumer`` (cooperative-sticky by
+default, manual commits) and runs the loop:
+
+1. fetch at most the room left under the event cap (``consume``), turn records into
+   events, ``submit`` them;
+2. above a cap pause every assigned partition, below the low mark resume them;
+   polling continues while paused so the group membership stays alive;
+3. every ``commit_interval`` commit the positions the processor reports as safe;
+4. on revoke (inside ``poll``): let the processor finish or drop the partitions' work,
+   commit their positions synchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from laneway.engine.events import Event
+from laneway.engine.policies import Backpressure
+from laneway.engine.processor import Processor
+
+__all__ = ["KafkaSource", "SourceMetrics"]
+
+logger = logging.getLogger(__name__)
+
+
+class SourceMetrics:
+    """Hooks the source calls; the Prometheus version is in :mod:`laneway.ops.metrics`."""
+
+    def rebalance(self, kind: str, partitions: int) -> None:
+        pass
+
+    def commit(self, ok: bool) -> None:
+        pass
+
+    def paused(self, partitions: int) -> None:
+        pass
+
+    def lag(self, topic: str, partition: int, lag: int) -> None:
+        pass
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        pass
+
+    def consumed(self, count: int) -> None:
+        pass
+
+
+class KafkaSource:
+    """One consumer thread feeding a shared :class:`Processor`."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topics: list[str],
+        processor: Processor,
+        *,
+        backpressure: Backpressure,
+        commit_interval: float = 1.0,
+        revoke_timeout: float = 10.0,
+        batch_size: int = 1000,
+        metrics: SourceMetrics | None = None,
+        name: str = "laneway-consumer",
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        conf = {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            **config,
+        }
+        self._consumer = Consumer(conf)
+        self._topics = topics
+        self._processor = processor
+        self._bp = backpressure
+        self._commit_interval = commit_interval
+        self._revoke_timeout = revoke_timeout
+        self._batch = batch_size
+        self._metrics = metrics or SourceMetrics()
+        self._on_fatal = on_fatal
+        self._assigned: set[tuple[str, int]] = set()
+        self._paused = False
+        self._stop = threading.Event()
+        self._draining = threading.Event()
+        self.heartbeat = time.monotonic()
+        self.lost_group = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._consumer.subscribe(
+            self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        self._thread.start()
+
+    def drain(self) -> None:
+        """Stop fetching new records but keep serving the group (for a graceful shutdown)."""
+        self._draining.set()
+
+    def stop(self) -> None:
+        """Ask the loop to end: it commits what is safe and closes the consumer; :meth:`join` waits."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def assignment(self) -> set[tuple[str, int]]:
+        return set(self._assigned)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            self.error = exc
+            logger.exception("consumer loop failed")
+            if self._on_fatal is not None:
+                self._on_fatal(exc)
+        finally:
+            self._close()
+
+    def _loop(self) -> None:
+        consumer, processor, bp = self._consumer, self._processor, self._bp
+        next_commit = time.monotonic() + self._commit_interval
+        next_lag = time.monotonic()
+        while not self._stop.is_set():
+            self.heartbeat = now = time.monotonic()
+            room = bp.max_events - processor.events_in_memory
+            over = room <= 0 or processor.bytes_in_memory >= bp.max_bytes or self._draining.is_set()
+            if over and not self._paused:
+                self._pause()
+            elif (
+                self._paused
+                and not over
+                and (
+                    processor.events_in_memory <= bp.max_events * bp.resume_at
+                    and processor.bytes_in_memory <= bp.max_bytes * bp.resume_at
+                )
+            ):
+                self._resume()
+            if self._paused or over:
+                # keep serving the group (heartbeats, rebalances) while paused
+                msg = consumer.poll(0.1)
+                if msg is not None:
+                    self._handle_batch([msg], max_accept=0 if self._draining.is_set() else max(0, room))
+            else:
+                msgs = consumer.consume(min(self._batch, room), 0.1)
+                if msgs:
+                    self._handle_batch(msgs, max_accept=room)
+            if now >= next_commit:
+                self._commit(processor.positions(), asynchronous=True)
+                next_commit = now + self._commit_interval
+            if now >= next_lag:
+                self._report_lag()
+                next_lag = now + 5.0
+
+    def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
+        events: list[Event] = []
+        rewind: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                self._on_error(err)
+                continue
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if topic is None or partition is None or offset is None:
+                continue
+            if len(events) >= max_accept:
+                # over the hard cap (a record fetched before the pause took effect): fetch it again later
+                tp = (topic, partition)
+                rewind.setdefault(tp, offset)
+                continue
+            key, value = msg.key(), msg.value()
+            ts_type, ts = msg.timestamp()
+            events.append(
+                Event(
+                    topic,
+                    partition,
+                    offset,
+                    key if isinstance(key, bytes) or key is None else str(key).encode(),
+                    value if isinstance(value, bytes) or value is None else str(value).encode(),
+                    msg.headers(),  # type: ignore[arg-type]
+                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else int(time.time() * 1000),
+                    size=len(value or b"") + len(key or b""),
+                )
+            )
+        if events:
+            self._processor.submit(events)
+            self._metrics.consumed(len(events))
+        for (topic, partition), offset in rewind.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.fatal():
+            raise KafkaException(err)
+        logger.warning("consumer error: %s", err)
+
+    # ------------------------------------------------------------------ backpressure
+
+    def _pause(self) -> None:
+        parts = self._consumer.assignment()
+        if parts:
+            self._consumer.pause(parts)
+        self._paused = True
+        self._metrics.paused(len(parts))
+        logger.debug(
+            "paused %d partition(s): %d events in memory", len(parts), self._processor.events_in_memory
+        )
+
+    def _resume(self) -> None:
+        parts = self._consumer.assignment()
+        if parts:
+            self._consumer.resume(parts)
+        self._paused = False
+        self._metrics.paused(0)
+
+    # ------------------------------------------------------------------ commits and lag
+
+    def _commit(self, positions: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
+        if not positions:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        try:
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._metrics.commit(True)
+        except KafkaException as exc:
+            self._metrics.commit(False)
+            logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
+
+    def _report_lag(self) -> None:
+        for topic, partition in list(self._assigned):
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            except KafkaException:
+                continue
+            pos = self._processor.final_positions([(topic, partition)]).get((topic, partition))
+            if pos is None:
+                pos = self._consumer.position([TopicPartition(topic, partition)])[0].offset
+            if high is not None and high >= 0 and pos >= 0:
+                self._metrics.lag(topic, partition, max(0, high - pos))
+
+    # ------------------------------------------------------------------ rebalances
+
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        self._processor.assign(tps)
+        self._assigned.update(tps)
+        self.lost_group = False
+        self._metrics.rebalance("assign", len(parts))
+        logger.info("assigned %s", sorted(tps))
+        if self._paused and parts:
+            # newly assigned partitions start fetching; pause them too while over the cap
+            consumer.incremental_assign(parts)
+            consumer.pause(parts)
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        positions = self._processor.revoke(tps, self._revoke_timeout)
+        self._commit(positions, asynchronous=False)
+        self._assigned.difference_update(tps)
+        for t, p in tps:
+            self._metrics.forget_partition(t, p)
+        self._metrics.rebalance("revoke", len(parts))
+        logger.info("revoked %s, committed %s", sorted(tps), positions)
+
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        self._processor.revoke(tps, 0.0)  # not ours any more: drop, do not commit
+        self._assigned.difference_update(tps)
+        self.lost_group = True
+        self._metrics.rebalance("lost", len(parts))
+        logger.warning(
+            "lost %s (session timeout or fencing); their work will be redone elsewhere", sorted(tps)
+        )
+
+    # ------------------------------------------------------------------ shutdown
+
+    def _close(self) -> None:
+        try:
+            self._commit(self._processor.final_positions(self._assigned), asynchronous=False)
+        except Exception:
+            logger.exception("final commit failed")
+        try:
+            self._consumer.close()
+        except Exception:
+            logger.exception("closing the consumer failed")

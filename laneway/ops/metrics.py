@@ -1,0 +1,156 @@
+"""Prometheus metrics and the ``/metrics`` + ``/healthz`` HTTP endpoint.
+
+Metric names (all prefixed ``laneway_``):
+
+==================================  =========  ==========================================
+name                                type       meaning
+==================================  =========  ==========================================
+records_consumed_total              counter    records fetched into the engine
+records_processed_total{topic}      counter    handler successes (its rate is the QPS)
+processing_seconds{topic}           histogram  handler time per successful attempt
+handler_failures_total{topic,type}  counter    failed attempts, by exception type
+retries_total{topic}                counter    attempts scheduled again after a failure
+dead_letters_total{topic,reason}    counter    records sent to the dead-letter topic
+stuck_handlers_total{topic}         counter    attempts that ran past the handler timeout
+events_in_memory                    gauge      queued + delayed + retrying + running events
+bytes_in_memory                     gauge      their key and value bytes
+lanes                               gauge      lanes holding work
+parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
+consumer_lag{topic,partition}       gauge      end offset minus the safe commit position
+rebalances_total{kind}              counter    assign / revoke / lost callbacks
+commits_total{result}               counter    offset commits, ok or failed
+paused_partitions                   gauge      partitions paused by backpressure
+==================================  =========  ==========================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from laneway.kafka.source import SourceMetrics
+
+__all__ = ["HealthServer", "PrometheusMetrics"]
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class PrometheusMetrics(SourceMetrics):
+    """Both the engine's and the consumer's metric hooks, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.consumed_total = Counter("laneway_records_consumed", "records fetched", registry=r)
+        self.processed_total = Counter(
+            "laneway_records_processed", "handler successes", ["topic"], registry=r
+        )
+        self.processing = Histogram(
+            "laneway_processing_seconds", "handler time", ["topic"], buckets=_BUCKETS, registry=r
+        )
+        self.failures = Counter("laneway_handler_failures", "failed attempts", ["topic", "type"], registry=r)
+        self.retries = Counter("laneway_retries", "retries scheduled", ["topic"], registry=r)
+        self.dead_letters = Counter("laneway_dead_letters", "dead-lettered", ["topic", "reason"], registry=r)
+        self.stuck_total = Counter("laneway_stuck_handlers", "attempts past timeout", ["topic"], registry=r)
+        self.in_memory = Gauge("laneway_events_in_memory", "events held", registry=r)
+        self.bytes = Gauge("laneway_bytes_in_memory", "bytes held", registry=r)
+        self.lanes = Gauge("laneway_lanes", "lanes with work", registry=r)
+        self.parked = Gauge("laneway_parked_lanes", "lanes waiting on a delay or backoff", registry=r)
+        self.consumer_lag = Gauge("laneway_consumer_lag", "lag", ["topic", "partition"], registry=r)
+        self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
+        self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
+        self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
+        self._per_topic: dict[str, tuple[Any, Any]] = {}
+
+    # engine hooks
+    def processed(self, topic: str, seconds: float) -> None:
+        pair = self._per_topic.get(topic)
+        if pair is None:
+            pair = self._per_topic[topic] = (
+                self.processed_total.labels(topic),
+                self.processing.labels(topic),
+            )
+        pair[0].inc()
+        pair[1].observe(seconds)
+
+    def failed_attempt(self, topic: str, error_type: str) -> None:
+        self.failures.labels(topic, error_type).inc()
+
+    def retried(self, topic: str) -> None:
+        self.retries.labels(topic).inc()
+
+    def dead_lettered(self, topic: str, reason: str) -> None:
+        self.dead_letters.labels(topic, reason).inc()
+
+    def stuck(self, topic: str) -> None:
+        self.stuck_total.labels(topic).inc()
+
+    def observe_engine(self, gauges: Callable[[], dict[str, float]]) -> None:
+        self.in_memory.set_function(lambda: gauges()["events_in_memory"])
+        self.bytes.set_function(lambda: gauges()["bytes_in_memory"])
+        self.lanes.set_function(lambda: gauges()["lanes"])
+        self.parked.set_function(lambda: gauges()["parked"])
+
+    # consumer hooks
+    def rebalance(self, kind: str, partitions: int) -> None:
+        self.rebalances.labels(kind).inc()
+
+    def commit(self, ok: bool) -> None:
+        self.commits.labels("ok" if ok else "failed").inc()
+
+    def paused(self, partitions: int) -> None:
+        self.paused_partitions.set(partitions)
+
+    def lag(self, topic: str, partition: int, lag: int) -> None:
+        self.consumer_lag.labels(topic, str(partition)).set(lag)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        with contextlib.suppress(KeyError):
+            self.consumer_lag.remove(topic, str(partition))
+
+    def consumed(self, count: int) -> None:
+        self.consumed_total.inc(count)
+
+
+class HealthServer:
+    """Serves ``/metrics`` (Prometheus text) and ``/healthz`` (200 ok / 503 with the reason)."""
+
+    def __init__(self, registry: CollectorRegistry, health: Callable[[], str | None], port: int = 0) -> None:
+        registry_, health_ = registry, health
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/metrics"):
+                    body, status, ctype = generate_latest(registry_), 200, CONTENT_TYPE_LATEST
+                elif self.path.startswith("/healthz"):
+                    problem = health_()
+                    body = (problem or "ok").encode() + b"\n"
+                    status, ctype = (503 if problem else 200), "text/plain; charset=utf-8"
+                else:
+                    body, status, ctype = b"not found\n", 404, "text/plain"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name="laneway-http", daemon=True)
+
+    def start(self) -> HealthServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -100,14 +100,14 @@ class BytesSerde:
 
 
 class StrSerde:
-    """Text in an encoding (UTF-8 by default)."""
+    """Text in an encoding (UTF-8 by default); bytes are taken as already encoded."""
 
     def __init__(self, encoding: str = "utf-8") -> None:
         self.encoding = encoding
 
     def serialize(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
+        if value is None or isinstance(value, bytes):
+            return value
         if not isinstance(value, str):
             raise SerializationError(f"expected str, got {type(value).__name__}", value)
         try:

@@ -141,6 +141,10 @@ class TransactionalProducer(Producer):
             "transaction.timeout.ms": int(transaction_timeout * 1000),
             **(kwargs.pop("extra", None) or {}),
         }
+        # librdkafka wants message.timeout.ms <= transaction.timeout.ms
+        kwargs["delivery_timeout"] = min(
+            kwargs.get("delivery_timeout", transaction_timeout), transaction_timeout
+        )
         super().__init__(bootstrap, extra=extra, **kwargs)
         self.transactional_id = transactional_id
         self._call("init_transactions", init_timeout)

@@ -1,11 +1,63 @@
-"""Commands of this area (filled in by its issue)."""
+"""``laneway run module:app``: run a Laneway app declared in an importable module."""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import sys
+from typing import Annotated
+
 import typer
 
-__all__ = ["register"]
+from laneway.engine.errors import LanewayError
+
+__all__ = ["load_app", "register"]
+
+
+def load_app(target: str) -> object:
+    """Import ``module:attribute`` and return the attribute."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected module:attribute, got {target!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root ``laneway`` app."""
+    """Add ``run`` to the root ``laneway`` app."""
+
+    @app.command("run")
+    def run(
+        target: Annotated[str, typer.Argument(help="module:attribute of a laneway.App")],
+        metrics_port: Annotated[
+            int | None, typer.Option(help="serve /metrics and /healthz on this port (0: any free one)")
+        ] = None,
+        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    ) -> None:
+        """Run a Laneway app until SIGINT/SIGTERM, then drain, commit and exit.
+
+        Example: laneway run myproject.consumers:app --metrics-port 9100
+        """
+        from laneway.app import App
+
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            obj = load_app(target)
+        except (ValueError, ImportError) as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+        if not isinstance(obj, App):
+            typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
+            raise typer.Exit(2)
+        if metrics_port is not None:
+            obj.settings = obj.settings.model_copy(update={"metrics_port": metrics_port})
+        try:
+            obj.run()
+        except LanewayError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(1) from None

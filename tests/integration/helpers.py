@@ -32,7 +32,9 @@ def produce_keyed(
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets-probe"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)
+        }
     finally:
         c.close()
 

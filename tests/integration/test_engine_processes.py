@@ -1,0 +1,132 @@
+"""Workers as separate processes (``laneway run``): joining, leaving, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, end_offsets, produce_keyed
+
+LANEWAY = str(Path(sys.executable).with_name("laneway"))
+
+
+def _spawn(
+    bootstrap: str, topic: str, group: str, out: Path, sleep_ms: float, log: Path
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "LW_BOOTSTRAP": bootstrap,
+        "LW_TOPIC": topic,
+        "LW_GROUP": group,
+        "LW_OUT": str(out),
+        "LW_SLEEP_MS": str(sleep_ms),
+    }
+    with log.open("ab") as f:
+        return subprocess.Popen(
+            [LANEWAY, "run", "tests.integration.worker:app"], env=env, stdout=f, stderr=subprocess.STDOUT
+        )
+
+
+def _lines(path: Path) -> list[tuple[int, int, str, int]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 4:  # a line cut by a kill is incomplete: not finished work
+            out.append((int(parts[0]), int(parts[1]), parts[2], int(parts[3])))
+    return out
+
+
+def _wait(cond: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    running: list[subprocess.Popen[bytes]] = []
+    yield running
+    for p in running:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_second_process_joins_then_one_leaves(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: TopicFactory,
+    group_id: str,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    topic = make_topic(partitions=8)
+    kafka_admin.create_topics([NewTopic(f"{topic}.dlq", 1, 1)])[f"{topic}.dlq"].result(10)
+    n = 12_000
+    order = produce_keyed(kafka_bootstrap, topic, n, keys=300)
+    out_a, out_b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a = _spawn(kafka_bootstrap, topic, group_id, out_a, 2.0, tmp_path / "a.log")
+    procs.append(a)
+    _wait(lambda: len(_lines(out_a)) > 1500, 60)
+    b = _spawn(kafka_bootstrap, topic, group_id, out_b, 2.0, tmp_path / "b.log")
+    procs.append(b)
+    _wait(lambda: len(_lines(out_b)) > 500, 60)  # b got partitions and works
+    a.send_signal(signal.SIGTERM)  # a leaves gracefully mid-stream
+    assert a.wait(40) == 0
+    ends = end_offsets(kafka_bootstrap, topic, 8)
+    _wait(lambda: committed(kafka_bootstrap, group_id, topic, 8) == ends, 120)
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(40) == 0
+
+    lines_a, lines_b = _lines(out_a), _lines(out_b)
+    done = {(p, o) for p, o, _, _ in lines_a + lines_b}
+    assert done == {(p, o) for p, end in ends.items() for o in range(end)}  # no offset lost
+    assert sum(1 for _ in lines_a + lines_b) - len(done) <= 2000  # duplicates bounded by in-flight caps
+    for lines in (lines_a, lines_b):  # each process ran every key in produce order
+        per_key: dict[str, list[int]] = {}
+        for _, _, key, value in lines:
+            per_key.setdefault(key, []).append(value)
+        for key, values in per_key.items():
+            assert values == sorted(values), key
+            assert set(values) <= set(order[key.encode()])
+    assert lines_a and lines_b
+
+
+def test_sigterm_drains_and_commits_finished_work(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: TopicFactory,
+    group_id: str,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    topic = make_topic(partitions=4)
+    kafka_admin.create_topics([NewTopic(f"{topic}.dlq", 1, 1)])[f"{topic}.dlq"].result(10)
+    produce_keyed(kafka_bootstrap, topic, 20_000, keys=200)
+    out = tmp_path / "w.txt"
+    w = _spawn(kafka_bootstrap, topic, group_id, out, 5.0, tmp_path / "w.log")
+    procs.append(w)
+    _wait(lambda: len(_lines(out)) > 1000, 60)
+    t0 = time.monotonic()
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(40) == 0
+    assert time.monotonic() - t0 < 30  # within the shutdown timeout (20 s) and the close
+    finished = _lines(out)
+    assert len(finished) < 20_000  # it really stopped mid-stream
+    got = committed(kafka_bootstrap, group_id, topic, 4)
+    for p in range(4):
+        offsets = sorted(o for pp, o, _, _ in finished if pp == p)
+        # the committed offset covers exactly the finished work: a gap-free prefix
+        assert offsets == list(range(got[p])), p

@@ -1,0 +1,80 @@
+"""The commit rule: never past an unfinished offset, for any completion order."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laneway.engine.offsets import OffsetTracker
+
+
+@st.composite
+def offsets_and_order(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    gaps = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=60))
+    start = draw(st.integers(min_value=0, max_value=1000))
+    offsets, pos = [], start
+    for g in gaps:
+        offsets.append(pos)
+        pos += g  # gaps: compacted records or transaction markers
+    order = draw(st.permutations(offsets))
+    return offsets, list(order)
+
+
+@given(offsets_and_order(), st.data())
+def test_position_never_passes_an_unfinished_offset(
+    case: tuple[list[int], list[int]], data: st.DataObject
+) -> None:
+    offsets, order = case
+    tracker = OffsetTracker()
+    added = 0
+    done: set[int] = set()
+    for off in order:
+        # interleave arrivals with completions: everything up to `off` has arrived by now
+        while added < len(offsets) and offsets[added] <= max(off, offsets[min(added, len(offsets) - 1)]):
+            tracker.add(offsets[added])
+            added += 1
+            if data.draw(st.booleans()):
+                break
+        while offsets.index(off) >= added:
+            tracker.add(offsets[added])
+            added += 1
+        tracker.done(off)
+        done.add(off)
+        pos = tracker.position()
+        assert pos is not None
+        unfinished = [o for o in offsets[:added] if o not in done]
+        if unfinished:
+            assert pos == min(unfinished)  # exactly the lowest unfinished: never past it
+        else:
+            assert pos == offsets[added - 1] + 1
+        assert all(o in done for o in offsets[:added] if o < pos)
+    assert tracker.position() == offsets[-1] + 1
+    assert tracker.in_process == 0
+
+
+def test_nothing_to_commit_before_any_offset() -> None:
+    tracker = OffsetTracker()
+    assert tracker.position() is None
+    assert tracker.to_commit() is None
+
+
+def test_to_commit_reports_only_moves() -> None:
+    tracker = OffsetTracker()
+    for o in (5, 6, 7):
+        tracker.add(o)
+    assert tracker.to_commit() == 5
+    assert tracker.to_commit() is None
+    tracker.done(6)
+    assert tracker.to_commit() is None  # 5 still unfinished
+    tracker.done(5)
+    assert tracker.to_commit() == 7
+    tracker.done(7)
+    assert tracker.to_commit() == 8
+
+
+def test_offsets_must_increase() -> None:
+    tracker = OffsetTracker()
+    tracker.add(3)
+    with pytest.raises(ValueError, match="not above"):
+        tracker.add(3)

@@ -1,0 +1,293 @@
+"""The processor pool on its own: no broker, a fake dead-letter sink."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from laneway import Delay, HandlerFailed, Retry
+from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
+from laneway.engine.processor import Processor
+
+
+class FakeDeadLetters:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Event, BaseException, str, str]] = []
+        self.lock = threading.Lock()
+
+    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
+        with self.lock:
+            self.sent.append((event, error, reason, topic))
+
+
+def events(n: int, keys: int, partitions: int = 2, topic: str = "t") -> list[Event]:
+    out, next_offset = [], [0] * partitions
+    for i in range(n):
+        k = i % keys
+        p = k % partitions
+        out.append(Event(topic, p, next_offset[p], f"k{k}".encode(), str(i).encode(), size=4))
+        next_offset[p] += 1
+    return out
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., tuple[Processor, FakeDeadLetters]]]:
+    made: list[Processor] = []
+
+    def factory(
+        spec: HandlerSpec, concurrency: int = 8, partitions: int = 2
+    ) -> tuple[Processor, FakeDeadLetters]:
+        sink = FakeDeadLetters()
+        proc = Processor({spec.topic: spec}, concurrency=concurrency, dead_letters=sink)
+        proc.assign([(spec.topic, p) for p in range(partitions)])
+        made.append(proc)
+        return proc, sink
+
+    yield factory
+    for p in made:
+        p.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=200),
+    keys=st.integers(min_value=1, max_value=20),
+    concurrency=st.integers(min_value=1, max_value=16),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_each_key_runs_in_order_one_at_a_time(n: int, keys: int, concurrency: int, seed: int) -> None:
+    rng = random.Random(seed)
+    delays = [rng.random() * 0.0005 for _ in range(n)]
+    seen: dict[bytes | None, list[int]] = {}
+    running: set[bytes | None] = set()
+    overlaps: list[bytes | None] = []
+    lock = threading.Lock()
+
+    def handle(ev: Event) -> None:
+        with lock:
+            if ev.key in running:
+                overlaps.append(ev.key)
+            running.add(ev.key)
+        time.sleep(delays[int(ev.value or b"0")])
+        with lock:
+            running.discard(ev.key)
+            seen.setdefault(ev.key, []).append(int(ev.value or b"0"))
+
+    sink = FakeDeadLetters()
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, concurrency=concurrency, dead_letters=sink)
+    try:
+        proc.assign([("t", 0), ("t", 1)])
+        evs = events(n, keys)
+        # submit in random-sized batches, as polls would
+        i = 0
+        while i < n:
+            step = rng.randint(1, 50)
+            proc.submit(evs[i : i + step])
+            i += step
+        assert proc.drain(20)
+        expected: dict[bytes | None, list[int]] = {}
+        for ev in evs:
+            expected.setdefault(ev.key, []).append(int(ev.value or b"0"))
+        assert seen == expected
+        assert overlaps == []
+        assert proc.final_positions() == {tp: off for tp, off in _ends(evs).items()}
+    finally:
+        proc.close()
+
+
+def _ends(evs: list[Event]) -> dict[tuple[str, int], int]:
+    ends: dict[tuple[str, int], int] = {}
+    for ev in evs:
+        ends[ev.tp] = max(ends.get(ev.tp, 0), ev.offset + 1)
+    return ends
+
+
+def test_a_hot_lane_does_not_starve_the_others(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    finished: list[bytes | None] = []
+
+    def handle(ev: Event) -> None:
+        time.sleep(0.002)
+        finished.append(ev.key)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=2, partitions=1)
+    hot = [Event("t", 0, i, b"hot", b"0") for i in range(200)]
+    cold = [Event("t", 0, 200 + i, f"c{i}".encode(), b"0") for i in range(20)]
+    proc.submit(hot + cold)
+    wait_for(lambda: sum(1 for k in list(finished) if k != b"hot") == 20)
+    # all 20 cold keys finished while most of the hot key's backlog was still queued
+    hot_done = sum(1 for k in list(finished) if k == b"hot")
+    assert hot_done < 60
+    assert proc.drain(10)
+
+
+def test_retries_then_dead_letter_with_attempts(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    calls: list[int] = []
+
+    def handle(ev: Event) -> None:
+        calls.append(ev.attempt)
+        raise ConnectionError("source down")
+
+    retry = Retry(max_attempts=3, initial_backoff=0.001, max_backoff=0.002)
+    proc, sink = make(HandlerSpec(topic="t", fn=handle, retry=retry), partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b"x")])
+    assert proc.drain(10)
+    assert calls == [1, 2, 3]
+    [(ev, err, reason, topic)] = sink.sent
+    assert (ev.offset, ev.attempt, reason, topic) == (0, 3, "handler", "t.dlq")
+    assert isinstance(err, ConnectionError)
+    assert ev.first_failure <= ev.last_failure
+    assert proc.final_positions() == {("t", 0): 1}
+
+
+def test_non_retryable_errors_skip_retries(make: Callable[..., tuple[Processor, FakeDeadLetters]]) -> None:
+    calls: list[int] = []
+
+    def handle(ev: Event) -> None:
+        calls.append(ev.attempt)
+        raise ValueError("bad input")
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=5, retry_on=(ConnectionError,)))
+    proc, sink = make(spec, partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b"x")])
+    assert proc.drain(10)
+    assert calls == [1] and len(sink.sent) == 1
+
+
+def test_base_exceptions_from_handlers_are_dead_lettered(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            raise SystemExit(3)
+        if ev.offset == 1:
+            raise KeyboardInterrupt
+
+    proc, sink = make(HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1)), partitions=1)
+    proc.submit([Event("t", 0, i, b"a", b"x") for i in range(3)])
+    assert proc.drain(10)
+    assert [type(err) for _, err, _, _ in sink.sent] == [SystemExit, KeyboardInterrupt]
+    assert proc.final_positions() == {("t", 0): 3}
+
+
+def test_undeserializable_goes_straight_to_dead_letters(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    payloads: list[object] = []
+    spec = HandlerSpec(topic="t", fn=lambda ev: payloads.append(ev.payload), deserializer=orjson.loads)
+    proc, sink = make(spec, partitions=1)
+    proc.submit(
+        [Event("t", 0, 0, b"a", b'{"v": 1}'), Event("t", 0, 1, b"a", b"{nope"), Event("t", 0, 2, b"a", b"2")]
+    )
+    assert proc.drain(10)
+    assert payloads == [{"v": 1}, 2]
+    [(ev, err, reason, _)] = sink.sent
+    assert ev.offset == 1 and reason == "deserialize" and isinstance(err, orjson.JSONDecodeError)
+
+
+def test_halt_stops_and_holds_the_commit(make: Callable[..., tuple[Processor, FakeDeadLetters]]) -> None:
+    def handle(ev: Event) -> None:
+        if ev.offset == 2:
+            raise RuntimeError("boom")
+
+    spec = HandlerSpec(
+        topic="t", fn=handle, retry=Retry(max_attempts=1), on_failure="halt", ordering="partition"
+    )
+    proc, sink = make(spec, partitions=1)
+    proc.submit([Event("t", 0, i, b"a", b"x") for i in range(5)])
+    wait_for(lambda: proc.fatal is not None)
+    assert isinstance(proc.fatal, HandlerFailed) and proc.fatal.offset == 2
+    assert isinstance(proc.fatal.__cause__, RuntimeError)
+    assert sink.sent == []
+    assert proc.final_positions() == {("t", 0): 2}
+
+
+def test_delay_holds_the_event_and_the_commit(make: Callable[..., tuple[Processor, FakeDeadLetters]]) -> None:
+    ran: list[float] = []
+    proc, _ = make(HandlerSpec(topic="t", fn=lambda ev: ran.append(time.time()), delay=Delay(seconds=0.3)))
+    now_ms = int(time.time() * 1000)
+    proc.submit([Event("t", 0, 0, b"a", b"x", timestamp_ms=now_ms)])
+    time.sleep(0.1)
+    assert ran == [] and proc.final_positions() == {("t", 0): 0}
+    assert proc.gauges()["parked"] == 1
+    assert proc.drain(5)
+    assert ran[0] >= now_ms / 1000 + 0.3
+    assert proc.final_positions() == {("t", 0): 1}
+
+
+def test_revoke_waits_for_running_and_drops_queued(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def handle(ev: Event) -> None:
+        started.set()
+        release.wait(5)
+        ran.append(ev.offset)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle, ordering="partition"), partitions=1)
+    proc.submit([Event("t", 0, i, None, b"x") for i in range(10)])
+    assert started.wait(5)
+    threading.Timer(0.2, release.set).start()
+    positions = proc.revoke([("t", 0)], timeout=5)
+    assert positions == {("t", 0): 1}  # the running event finished; the queued nine were dropped
+    time.sleep(0.1)
+    assert ran == [0]
+    assert proc.events_in_memory == 0
+
+
+def test_async_handlers_run_concurrently_in_key_order(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    seen: dict[bytes | None, list[int]] = {}
+    active, peak = [0], [0]
+
+    async def handle(ev: Event) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await asyncio.sleep(0.005)
+        active[0] -= 1
+        seen.setdefault(ev.key, []).append(int(ev.value or b"0"))
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=64)
+    evs = events(600, keys=50)
+    proc.submit(evs)
+    assert proc.drain(20)
+    for key, values in seen.items():
+        assert values == sorted(values), key
+    assert sum(len(v) for v in seen.values()) == 600
+    assert peak[0] > 10  # many keys in flight at once
+
+
+def test_async_timeout_retries_then_dead_letters(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    async def handle(ev: Event) -> None:
+        await asyncio.sleep(10)
+
+    spec = HandlerSpec(topic="t", fn=handle, timeout=0.05, retry=Retry(max_attempts=2, initial_backoff=0.001))
+    proc, sink = make(spec, partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b"x")])
+    assert proc.drain(10)
+    [(ev, err, _, _)] = sink.sent
+    assert isinstance(err, TimeoutError) and ev.attempt == 2

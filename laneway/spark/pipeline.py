@@ -1,0 +1,570 @@
+"""The Spark pipeline: ``catalog.entities`` on Kafka into Delta tables, with Structured Streaming.
+
+Spark's own Kafka source reads the topic; ``foreachBatch`` applies each micro-batch with
+idempotent Delta MERGEs, so a batch replayed after a crash, a duplicate record, or a
+replay of the whole topic changes nothing:
+
+1. parse each value against the record contract (``laneway.spark.schema``); a record that
+   fails to parse or lacks a required field goes to ``quarantine`` (keyed by topic,
+   partition, offset) and is counted, never raised;
+2. ``entity_history``: insert each (entity_id, version) not already there;
+3. ``entities``: per entity the batch's newest version, applied only when newer than the
+   stored one (a delete sets ``deleted``: an older change replayed later cannot undo it);
+4. ``lineage_edges``: re-derived from ``entities`` for the lineage entities in the batch;
+5. every ``compact_every`` batches, ``OPTIMIZE`` (bin-packing small files) each table.
+
+Freshness, per batch: for each applied record, event time (``event_time_ms``) to the time
+the batch's MERGEs committed; p50 and p99 are logged, kept in the ``PipelineResult`` and
+exported to Prometheus.
+
+Prometheus metrics (``PipelineMetrics``; by default in ``prometheus_client.REGISTRY``):
+
+* ``laneway_pipeline_batches_total`` (counter): micro-batches applied.
+* ``laneway_pipeline_records_total`` (counter): valid records applied (before dedup).
+* ``laneway_pipeline_quarantined_total`` (counter): records set aside in ``quarantine``.
+* ``laneway_pipeline_freshness_seconds{quantile="0.5"|"0.99"}`` (gauge): the last batch's
+  event-time-to-commit freshness.
+* ``laneway_pipeline_batch_freshness_p99_seconds`` (histogram): each batch's p99 freshness.
+* ``laneway_pipeline_batch_duration_seconds`` (histogram): wall time of a batch's writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from laneway.spark import schema
+from laneway.spark.session import SessionSettings, build_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = [
+    "AVAILABLE_NOW",
+    "BatchReport",
+    "PipelineError",
+    "PipelineMetrics",
+    "PipelineResult",
+    "PipelineSettings",
+    "ensure_tables",
+    "run_pipeline",
+]
+
+logger = logging.getLogger(__name__)
+
+AVAILABLE_NOW = "available-now"
+
+_INTERVAL = re.compile(
+    r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$"
+)
+
+
+def _interval_ms(trigger: str) -> int | None:
+    """``"10s"``, ``"500 ms"``, ``"2 minutes"`` -> milliseconds; anything else -> None."""
+    match = _INTERVAL.match(trigger)
+    if match is None:
+        return None
+    unit = match.group("unit")
+    factor = 1 if unit.startswith(("ms", "milli")) else 1000 if unit.startswith("s") else 60_000
+    return round(float(match.group("n")) * factor)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSettings:
+    """What the pipeline reads, where it writes, and how it triggers. Validated on construction.
+
+    * ``warehouse``: folder (or Hadoop URI) holding the Delta tables, ``<warehouse>/entities`` ...
+    * ``checkpoint``: the streaming query's checkpoint folder; a new one restarts from
+      ``starting_offsets`` (``"earliest"``, ``"latest"`` or Spark's per-partition JSON).
+    * ``trigger``: ``"available-now"`` (process what is there, in batches of at most
+      ``max_offsets_per_trigger``, then stop) or a processing-time interval (``"10s"``,
+      ``"500ms"``, ``"1 minute"``) for a continuous run.
+    * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
+    * ``source_options``: passed verbatim to Spark's Kafka source
+      (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...).
+    """
+
+    bootstrap: str
+    warehouse: str
+    checkpoint: str
+    topic: str = "catalog.entities"
+    trigger: str = AVAILABLE_NOW
+    max_offsets_per_trigger: int | None = None
+    starting_offsets: str = "earliest"
+    master: str = "local[*]"
+    compact_every: int = 50
+    source_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        errors: list[str] = []
+        for name in ("bootstrap", "warehouse", "checkpoint", "topic", "master", "starting_offsets"):
+            if not str(getattr(self, name)).strip():
+                errors.append(f"{name}: must not be empty")
+        if self.trigger != AVAILABLE_NOW:
+            ms = _interval_ms(self.trigger)
+            if ms is None or ms <= 0:
+                errors.append(
+                    f"trigger: {self.trigger!r} is neither 'available-now' nor an interval like '10s'"
+                )
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            errors.append(f"max_offsets_per_trigger: must be >= 1, got {self.max_offsets_per_trigger}")
+        if self.compact_every < 0:
+            errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
+        if self.starting_offsets.strip() not in (
+            "earliest",
+            "latest",
+        ) and not self.starting_offsets.lstrip().startswith("{"):
+            errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
+        if errors:
+            raise ValueError("invalid PipelineSettings: " + "; ".join(errors))
+        object.__setattr__(self, "warehouse", str(self.warehouse))
+        object.__setattr__(self, "checkpoint", str(self.checkpoint))
+        object.__setattr__(self, "source_options", dict(self.source_options))
+
+    @property
+    def trigger_interval_ms(self) -> int | None:
+        """The processing-time interval in milliseconds; None for available-now."""
+        return None if self.trigger == AVAILABLE_NOW else _interval_ms(self.trigger)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One applied micro-batch. Freshness is None when the batch applied no record."""
+
+    batch_id: int
+    records: int
+    quarantined: int
+    freshness_p50_s: float | None
+    freshness_p99_s: float | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """What a run did. ``records`` counts valid records read (duplicates included)."""
+
+    batches: tuple[BatchReport, ...]
+    records: int
+    quarantined: int
+    freshness_p50_s: float | None
+    freshness_p99_s: float | None
+
+
+class PipelineError(RuntimeError):
+    """The streaming query failed; ``__cause__`` holds Spark's exception."""
+
+
+@dataclass(frozen=True)
+class PipelineMetrics:
+    """The pipeline's Prometheus metrics (names in the module docstring)."""
+
+    batches: Counter
+    records: Counter
+    quarantined: Counter
+    freshness: Gauge
+    batch_freshness_p99: Histogram
+    batch_duration: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None) -> PipelineMetrics:
+        reg = registry if registry is not None else REGISTRY
+        buckets = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, math.inf)
+        return cls(
+            batches=Counter("laneway_pipeline_batches", "Micro-batches applied", registry=reg),
+            records=Counter("laneway_pipeline_records", "Valid records applied", registry=reg),
+            quarantined=Counter("laneway_pipeline_quarantined", "Records set aside", registry=reg),
+            freshness=Gauge(
+                "laneway_pipeline_freshness_seconds",
+                "Event time to commit time of the last batch",
+                ["quantile"],
+                registry=reg,
+            ),
+            batch_freshness_p99=Histogram(
+                "laneway_pipeline_batch_freshness_p99_seconds",
+                "p99 event-time-to-commit freshness of each batch",
+                buckets=buckets,
+                registry=reg,
+            ),
+            batch_duration=Histogram(
+                "laneway_pipeline_batch_duration_seconds",
+                "Wall time of a batch's writes",
+                buckets=buckets,
+                registry=reg,
+            ),
+        )
+
+
+@functools.cache
+def _default_metrics() -> PipelineMetrics:
+    return PipelineMetrics.create()
+
+
+# event-time quantiles computed per batch: enough to merge batches into overall p50/p99
+_QUANTILES = [i / 100 for i in range(101)]
+
+
+def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float | None:
+    """The q-quantile of (value, weight) points."""
+    if not points:
+        return None
+    ordered = sorted(points)
+    total = sum(w for _, w in ordered)
+    running = 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= q * total:
+            return value
+    return ordered[-1][0]
+
+
+class _BatchWriter:
+    """The ``foreachBatch`` function. Runs on the driver; Spark runs the DataFrame work."""
+
+    def __init__(self, settings: PipelineSettings, metrics: PipelineMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.lock = threading.Lock()
+        self.reports: list[BatchReport] = []
+        self.points: list[tuple[float, float]] = []  # (freshness seconds, weight) over the run
+        self.paths = {t: schema.table_path(settings.warehouse, t) for t in schema.TABLES}
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
+
+        started = time.monotonic()
+        # the batch is persisted below and its derived columns are deterministic: MERGE need not
+        # copy its source again (this is the query's own session clone, not the caller's)
+        df.sparkSession.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        parsed = _parse(df).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            report, points = self._apply(parsed, batch_id, started)
+        finally:
+            parsed.unpersist()
+        with self.lock:
+            self.reports.append(report)
+            self.points.extend(points)
+        self._observe(report)
+        if self.settings.compact_every and (batch_id + 1) % self.settings.compact_every == 0:
+            self._compact(df.sparkSession)
+
+    def _apply(
+        self, parsed: DataFrame, batch_id: int, started: float
+    ) -> tuple[BatchReport, list[tuple[float, float]]]:
+        from pyspark.sql import functions as F
+
+        stats = parsed.agg(
+            F.count_if(F.col("reason").isNull()).alias("records"),
+            F.count_if(F.col("reason").isNotNull()).alias("quarantined"),
+            F.count_if(F.col("reason").isNull() & (F.col("r.entity_type") == "lineage")).alias("lineage"),
+            F.percentile_approx(
+                F.when(F.col("reason").isNull(), F.col("r.event_time_ms")), _QUANTILES, 10_000
+            ).alias("q"),
+        ).first()
+        assert stats is not None  # a global aggregate always has one row
+        records, quarantined = int(stats["records"]), int(stats["quarantined"])
+        spark = parsed.sparkSession
+        landed_at = F.lit(datetime.now(UTC)).cast("timestamp")
+        if records:
+            valid = parsed.where(F.col("reason").isNull()).select(
+                "r.*", "kafka_partition", "kafka_offset", landed_at.alias("landed_at")
+            )
+            valid = valid.drop("_corrupt_record")
+            _merge_history(spark, self.paths[schema.ENTITY_HISTORY], valid)
+            latest = _merge_entities(spark, self.paths[schema.ENTITIES], valid)
+            if stats["lineage"]:
+                _merge_lineage(spark, self.paths, latest)
+        if quarantined:
+            _merge_quarantine(spark, self.paths[schema.QUARANTINE], parsed, batch_id)
+        committed_ms = time.time() * 1000
+        quantiles = [float(v) for v in (stats["q"] or []) if v is not None]
+        points: list[tuple[float, float]] = []
+        p50 = p99 = None
+        if quantiles and records:
+            # freshness = commit - event time: its p50 is the event times' p50, its p99 their p1
+            p50 = max(0.0, (committed_ms - quantiles[50]) / 1000)
+            p99 = max(0.0, (committed_ms - quantiles[1]) / 1000)
+            weight = records / len(quantiles)
+            points = [(max(0.0, (committed_ms - q) / 1000), weight) for q in quantiles]
+        report = BatchReport(batch_id, records, quarantined, p50, p99, time.monotonic() - started)
+        logger.info(
+            "batch %d: %d records, %d quarantined, freshness p50 %s s p99 %s s, %.2f s",
+            batch_id,
+            records,
+            quarantined,
+            "-" if p50 is None else f"{p50:.3f}",
+            "-" if p99 is None else f"{p99:.3f}",
+            report.duration_s,
+        )
+        return report, points
+
+    def _observe(self, report: BatchReport) -> None:
+        m = self.metrics
+        m.batches.inc()
+        m.records.inc(report.records)
+        m.quarantined.inc(report.quarantined)
+        m.batch_duration.observe(report.duration_s)
+        if report.freshness_p50_s is not None and report.freshness_p99_s is not None:
+            m.freshness.labels(quantile="0.5").set(report.freshness_p50_s)
+            m.freshness.labels(quantile="0.99").set(report.freshness_p99_s)
+            m.batch_freshness_p99.observe(report.freshness_p99_s)
+
+    def _compact(self, spark: SparkSession) -> None:
+        from delta.tables import DeltaTable
+
+        for table, path in self.paths.items():
+            started = time.monotonic()
+            DeltaTable.forPath(spark, path).optimize().executeCompaction()
+            logger.info("compacted %s in %.2f s", table, time.monotonic() - started)
+
+    def result(self) -> PipelineResult:
+        with self.lock:
+            reports = tuple(self.reports)
+            points = list(self.points)
+        return PipelineResult(
+            batches=reports,
+            records=sum(r.records for r in reports),
+            quarantined=sum(r.quarantined for r in reports),
+            freshness_p50_s=_weighted_quantile(points, 0.5),
+            freshness_p99_s=_weighted_quantile(points, 0.99),
+        )
+
+
+def _reason_sql() -> str:
+    types = ", ".join(f"'{t}'" for t in schema.ENTITY_TYPES)
+    ops = ", ".join(f"'{o}'" for o in schema.OPS)
+    missing = " ".join(f"WHEN r.{name} IS NULL THEN 'missing {name}'" for name in schema.REQUIRED_FIELDS)
+    return (
+        "CASE WHEN value IS NULL THEN 'no value' "
+        "WHEN r IS NULL OR r._corrupt_record IS NOT NULL THEN 'malformed JSON or a field of the wrong type' "
+        f"{missing} "
+        "WHEN r.entity_id = '' THEN 'empty entity_id' "
+        f"WHEN r.entity_type NOT IN ({types}) THEN concat('unknown entity_type ', r.entity_type) "
+        f"WHEN r.op NOT IN ({ops}) THEN concat('unknown op ', r.op) "
+        "ELSE NULL END"
+    )
+
+
+def _parse(df: DataFrame) -> DataFrame:
+    """Kafka rows -> (key, value, topic, kafka_partition, kafka_offset, kafka_timestamp, r, reason)."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.select(
+            F.col("key").cast("string").alias("key"),
+            F.col("value").cast("string").alias("value"),
+            F.col("topic"),
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            F.col("timestamp").alias("kafka_timestamp"),
+        )
+        .withColumn(
+            "r",
+            F.from_json(
+                F.col("value"), schema.record_schema(), {"columnNameOfCorruptRecord": "_corrupt_record"}
+            ),
+        )
+        .withColumn("reason", F.expr(_reason_sql()))
+    )
+
+
+def _first_by(df: DataFrame, keys: list[str], *order: Any) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*keys).orderBy(*order)
+    return df.withColumn("_rank", F.row_number().over(window)).where("_rank = 1").drop("_rank")
+
+
+def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    source = _first_by(valid, ["entity_id", "version"], F.col("kafka_partition"), F.col("kafka_offset"))
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.entity_id = s.entity_id AND t.version = s.version")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def _merge_entities(spark: SparkSession, path: str, valid: DataFrame) -> DataFrame:
+    """Apply each entity's newest version in the batch; return those newest rows."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    latest = _first_by(
+        valid, ["entity_id"], F.col("version").desc(), F.col("kafka_partition"), F.col("kafka_offset")
+    ).withColumn("deleted", F.col("op") == "delete")
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(latest.alias("s"), "t.entity_id = s.entity_id")
+        .whenMatchedUpdateAll(condition="s.version > t.version")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return latest
+
+
+def _merge_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str], latest: DataFrame) -> None:
+    """Re-derive the batch's lineage edges from the current ``entities`` rows."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    ids = latest.where(F.col("entity_type") == "lineage").select("entity_id")
+    current = (
+        DeltaTable.forPath(spark, paths[schema.ENTITIES])
+        .toDF()
+        .join(ids, "entity_id", "left_semi")
+        .select(
+            F.col("entity_id").alias("edge_id"),
+            "source_id",
+            "target_id",
+            "description",
+            "attributes",
+            "version",
+            "event_time_ms",
+            "landed_at",
+            (F.col("deleted") | F.col("source_id").isNull() | F.col("target_id").isNull()).alias("gone"),
+        )
+    )
+    columns = ["source_id", "target_id", "description", "attributes", "version", "event_time_ms", "landed_at"]
+    values: dict[str, str | Column] = {c: f"s.{c}" for c in columns}
+    (
+        DeltaTable.forPath(spark, paths[schema.LINEAGE_EDGES])
+        .alias("t")
+        .merge(current.alias("s"), "t.edge_id = s.edge_id")
+        .whenMatchedDelete(condition="s.gone")
+        .whenMatchedUpdate(condition="s.version > t.version", set=values)
+        .whenNotMatchedInsert(condition="NOT s.gone", values={"edge_id": "s.edge_id", **values})
+        .execute()
+    )
+
+
+def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame, batch_id: int) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    bad = parsed.where(F.col("reason").isNotNull()).select(
+        "key",
+        "value",
+        "reason",
+        "topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        F.lit(datetime.now(UTC)).cast("timestamp").alias("ingested_at"),
+    )
+    for row in bad.select("kafka_partition", "kafka_offset", "reason").limit(20).collect():
+        logger.warning(
+            "batch %d: quarantined partition %d offset %d: %s",
+            batch_id,
+            row["kafka_partition"],
+            row["kafka_offset"],
+            row["reason"],
+        )
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(
+            bad.alias("s"),
+            "t.topic = s.topic AND t.kafka_partition = s.kafka_partition AND t.kafka_offset = s.kafka_offset",
+        )
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def ensure_tables(spark: SparkSession, warehouse: str) -> None:
+    """Create the Delta tables under ``warehouse`` when they do not exist yet."""
+    for table in schema.TABLES:
+        path = schema.table_path(warehouse, table)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({schema.TABLE_DDL[table]}) USING DELTA")
+
+
+def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWriter) -> Any:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.bootstrap)
+        .option("subscribe", settings.topic)
+        .option("startingOffsets", settings.starting_offsets)
+    )
+    if settings.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    for key, value in settings.source_options.items():
+        reader = reader.option(key, value)
+    stream = (
+        reader.load()
+        .writeStream.queryName(f"laneway-pipeline-{settings.topic}")
+        .option("checkpointLocation", settings.checkpoint)
+        .foreachBatch(writer)
+    )
+    interval = settings.trigger_interval_ms
+    if interval is None:
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=f"{interval} milliseconds")
+    return stream.start()
+
+
+def run_pipeline(
+    settings: PipelineSettings,
+    spark: SparkSession | None = None,
+    *,
+    stop_after_batches: int | None = None,
+    stop_event: threading.Event | None = None,
+    metrics: PipelineMetrics | None = None,
+) -> PipelineResult:
+    """Run the pipeline until it is done (available-now) or stopped, and report what it did.
+
+    With ``spark=None`` a session is built on ``settings.master`` and stopped at the end.
+    A processing-time run stops after ``stop_after_batches`` batches of this run, when
+    ``stop_event`` is set, or on KeyboardInterrupt (re-raised after a clean stop).
+    Raises ``PipelineError`` when the streaming query fails.
+    """
+    own = spark is None
+    session = spark if spark is not None else build_session(SessionSettings(master=settings.master))
+    writer = _BatchWriter(settings, metrics if metrics is not None else _default_metrics())
+    try:
+        ensure_tables(session, settings.warehouse)
+        query = _stream(session, settings, writer)
+        logger.info(
+            "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
+        )
+        try:
+            while not query.awaitTermination(0.5):
+                done = stop_after_batches is not None and len(writer.reports) >= stop_after_batches
+                if done or (stop_event is not None and stop_event.is_set()):
+                    query.stop()
+                    break
+        except KeyboardInterrupt:
+            query.stop()
+            raise
+        except Exception as exc:
+            raise PipelineError(f"the streaming query failed: {exc}") from exc
+        failure = query.exception()
+        if failure is not None:
+            raise PipelineError(f"the streaming query failed: {failure}")
+    finally:
+        if own:
+            session.stop()
+    result = writer.result()
+    logger.info(
+        "pipeline done: %d batches, %d records, %d quarantined",
+        len(result.batches),
+        result.records,
+        result.quarantined,
+    )
+    return result

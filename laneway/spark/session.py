@@ -1,0 +1,120 @@
+"""Build the SparkSession the pipeline and the queries run on.
+
+The session gets Spark's Kafka connector and Delta Lake from the jars that
+``laneway.ops.jars`` fetched from Maven Central (never Ivy at run time), Delta's SQL
+extension and catalog, and defaults sized for a small machine. ``SessionSettings`` is a
+frozen, picklable description of the session; nothing here opens a connection.
+
+``master`` is any Spark master URL: ``local[*]`` (the default), ``local-cluster[2,1,1024]``
+(real executor JVMs on one machine), ``spark://host:7077``, ``yarn``, ``k8s://...``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from laneway.ops import jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["SessionSettings", "build_session", "extra_jars"]
+
+logger = logging.getLogger(__name__)
+
+# "kafka-clients-3.9.0.jar" -> "kafka-clients"; "scala-library-2.13.13.jar" -> "scala-library"
+_ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z][\w.]*)?\.jar$")
+
+
+def _artifact(jar_name: str) -> str:
+    match = _ARTIFACT.match(jar_name)
+    return match.group("artifact") if match else jar_name.removesuffix(".jar")
+
+
+def _pyspark_jars_dir() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def extra_jars(libs: Path | None = None, *, shipped: Path | None = None) -> list[Path]:
+    """The jars of the Spark extras bundle that pyspark does not already ship, by artifact name.
+
+    The bundle also holds transitive jars (hadoop-client, scala-library, ...) in versions
+    that may differ from pyspark's own; passing those too would put two versions of one
+    artifact on the classpath.
+    """
+    libs = libs if libs is not None else jars.ensure(jars.SPARK)
+    shipped = shipped if shipped is not None else _pyspark_jars_dir()
+    have = {_artifact(p.name) for p in shipped.glob("*.jar")}
+    return sorted(p for p in libs.glob("*.jar") if _artifact(p.name) not in have)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSettings:
+    """How to build the session. Frozen and picklable.
+
+    ``conf`` passes any other Spark setting through (``spark.executor.memory``, ...);
+    it wins over the defaults here.
+    """
+
+    master: str = "local[*]"
+    app_name: str = "laneway"
+    driver_memory: str = "1g"
+    shuffle_partitions: int = 4
+    ui: bool = False
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.master.strip():
+            raise ValueError("SessionSettings.master: must not be empty")
+        if self.shuffle_partitions < 1:
+            raise ValueError(
+                f"SessionSettings.shuffle_partitions: must be >= 1, got {self.shuffle_partitions}"
+            )
+        object.__setattr__(self, "conf", dict(self.conf))  # a private copy
+
+    def spark_conf(self, jar_paths: list[Path]) -> dict[str, str]:
+        """The full Spark configuration, defaults first, ``conf`` last."""
+        out = {
+            "spark.master": self.master,
+            "spark.app.name": self.app_name,
+            "spark.driver.memory": self.driver_memory,
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.default.parallelism": str(self.shuffle_partitions),
+            "spark.ui.enabled": str(self.ui).lower(),
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.sql.session.timeZone": "UTC",
+            # Delta rebuilds table state with 50 partitions by default: far too many for small tables
+            "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
+            "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        }
+        if jar_paths:
+            out["spark.jars"] = ",".join(str(p) for p in jar_paths)
+        out.update(self.conf)
+        return out
+
+
+def build_session(settings: SessionSettings | None = None, *, libs: Path | None = None) -> SparkSession:
+    """Create (or return the process's running) SparkSession with the Kafka and Delta jars.
+
+    Spark allows one SparkContext per process: when one already runs, it is returned as
+    it is and settings that need a new JVM (master, jars, driver memory) do not apply.
+    """
+    from pyspark.sql import SparkSession
+
+    settings = settings or SessionSettings()
+    jar_paths = extra_jars(libs)
+    conf = settings.spark_conf(jar_paths)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    logger.info("starting Spark session on %s with %d extra jars", settings.master, len(jar_paths))
+    return builder.getOrCreate()

@@ -1,0 +1,398 @@
+"""Dead-letter tools: list dead-lettered records with their error headers, and send them
+back to their original topic (or another) exactly once per record unless forced.
+
+The ledger: every redrive writes, for each record it moves, an entry to the compacted
+topic ``<dlq-topic>.redrive-ledger`` keyed ``<dlq-topic>/<partition>/<offset>``, in the
+**same Kafka transaction** as the re-sent record (``transactional.id`` =
+``laneway-redrive-<dlq-topic>``, which also fences a concurrent redrive of the same topic).
+So either both the record and its ledger entry exist or neither does, and a later
+redrive skips what the ledger names: a redrive is never done twice by accident
+(``force=True`` overrides). Re-sent records keep their key, value and non-Laneway
+headers, lose the ``laneway.*`` error headers and carry ``laneway.redrive.id``.
+
+Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
+admin errors (unknown topic, unreachable broker).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import confluent_kafka
+import orjson
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from laneway.kafka import headers as h
+from laneway.kafka.admin import (
+    AdminError,
+    InvalidInputError,
+    UnknownTopicError,
+    client_config,
+    connect,
+    describe_topic,
+)
+from laneway.kafka.transactions import TransactionalProducer
+
+__all__ = [
+    "DeadLetter",
+    "Filter",
+    "LedgerEntry",
+    "Moved",
+    "RedriveError",
+    "RedriveReport",
+    "ledger_topic",
+    "parse_filters",
+    "read_dead_letters",
+    "read_ledger",
+    "redrive",
+]
+
+logger = logging.getLogger(__name__)
+
+#: called with (records done, records in all) while a long operation runs
+Progress = Callable[[int, int], None]
+
+
+class RedriveError(AdminError):
+    """A redrive could not be done; nothing was sent."""
+
+
+def ledger_topic(dlq_topic: str) -> str:
+    return f"{dlq_topic}.redrive-ledger"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One record of a dead-letter topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    #: every header decoded to text
+    info: dict[str, str] = field(compare=False)
+
+    @property
+    def ledger_key(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    @property
+    def original_topic(self) -> str | None:
+        return self.info.get(h.ORIGINAL_TOPIC) or None
+
+    @property
+    def original_position(self) -> str:
+        part, off = self.info.get(h.ORIGINAL_PARTITION, "?"), self.info.get(h.ORIGINAL_OFFSET, "?")
+        return f"{self.original_topic or '?'}/{part}/{off}"
+
+    def field(self, name: str) -> str | None:
+        """A filterable field: key, partition, offset, or a header (``laneway.`` optional)."""
+        if name == "key":
+            return None if self.key is None else self.key.decode("utf-8", "replace")
+        if name in ("partition", "offset"):
+            return str(getattr(self, name))
+        if name in self.info:
+            return self.info[name]
+        return self.info.get(f"laneway.{name}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "key": self.field("key"),
+            "value": None if self.value is None else self.value.decode("utf-8", "replace"),
+            "headers": self.info,
+        }
+
+
+@dataclass(frozen=True)
+class Filter:
+    """``FIELD=VALUE`` (equal) or ``FIELD~TEXT`` (contains)."""
+
+    name: str
+    op: Literal["=", "~"]
+    value: str
+
+    def matches(self, letter: DeadLetter) -> bool:
+        got = letter.field(self.name)
+        if got is None:
+            return False
+        return got == self.value if self.op == "=" else self.value in got
+
+
+def parse_filters(specs: Iterable[str]) -> list[Filter]:
+    out = []
+    for spec in specs:
+        cut = min((i for i in (spec.find("="), spec.find("~")) if i > 0), default=-1)
+        if cut <= 0:
+            raise InvalidInputError(
+                f"malformed filter {spec!r} (expected FIELD=VALUE or FIELD~TEXT, e.g. error.type=ValueError)"
+            )
+        op: Literal["=", "~"] = "=" if spec[cut] == "=" else "~"
+        out.append(Filter(spec[:cut].strip(), op, spec[cut + 1 :]))
+    return out
+
+
+def _read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    read_committed: bool,
+    progress: Progress | None = None,
+    timeout: float = 120.0,
+) -> Iterator[confluent_kafka.Message]:
+    """Every record of ``topic`` from the beginning to its end as of now."""
+    consumer = confluent_kafka.Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            },
+        )
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=10)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or not t.partitions:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        total = 0
+        pending = set()
+        for p in t.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += max(0, high - low)
+            if high > low:
+                pending.add(p)
+        consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
+        done = 0
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise AdminError(f"reading {topic!r} took longer than {timeout:g}s")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition() or 0)
+                    continue
+                raise AdminError(f"reading {topic!r}: {err.str()}")
+            done += 1
+            if progress is not None:
+                progress(done, total)
+            yield msg
+    finally:
+        consumer.close()
+
+
+def read_dead_letters(
+    bootstrap: str,
+    topic: str,
+    *,
+    filters: Sequence[Filter] = (),
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> list[DeadLetter]:
+    """The records of dead-letter topic ``topic`` that match every filter, oldest first per partition."""
+    out: list[DeadLetter] = []
+    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
+        raw = tuple(_header(item) for item in (msg.headers() or ()))
+        ts_type, ts = msg.timestamp()
+        letter = DeadLetter(
+            topic,
+            msg.partition() or 0,
+            msg.offset() or 0,
+            msg.key(),
+            msg.value(),
+            ts if ts_type != confluent_kafka.TIMESTAMP_NOT_AVAILABLE else None,
+            raw,
+            h.decode(list(raw)),
+        )
+        if all(f.matches(letter) for f in filters):
+            out.append(letter)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def _header(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:
+    name, value = item[0], item[1]
+    return str(name), value.encode() if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    key: str
+    redrive_id: str
+    target_topic: str
+    target_partition: int
+    target_offset: int
+    at: str
+
+
+def read_ledger(bootstrap: str, dlq_topic: str) -> dict[str, LedgerEntry]:
+    """What earlier redrives of ``dlq_topic`` moved, by DLQ record (empty when none ran)."""
+    entries: dict[str, LedgerEntry] = {}
+    try:
+        for msg in _read_topic(bootstrap, ledger_topic(dlq_topic), read_committed=True):
+            key = (msg.key() or b"").decode()
+            value = msg.value()
+            if value is None:  # a tombstone forgets the entry
+                entries.pop(key, None)
+                continue
+            data = orjson.loads(value)
+            entries[key] = LedgerEntry(
+                key,
+                data["redrive_id"],
+                data["target_topic"],
+                data["target_partition"],
+                data["target_offset"],
+                data["at"],
+            )
+    except UnknownTopicError:
+        return {}
+    return entries
+
+
+@dataclass(frozen=True)
+class Moved:
+    dlq_partition: int
+    dlq_offset: int
+    target_topic: str
+    #: where the record landed (None in a dry run)
+    target_partition: int | None = None
+    target_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class RedriveReport:
+    redrive_id: str
+    dlq_topic: str
+    dry_run: bool
+    moved: tuple[Moved, ...]
+    #: records an earlier redrive already moved, with the ledger entry
+    skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
+
+
+def _targets(admin: AdminClient, letters: Sequence[DeadLetter], to: str | None) -> dict[str, int]:
+    """Each distinct target topic and its partition count; raise for a missing one."""
+    names: set[str] = set()
+    for letter in letters:
+        target = to or letter.original_topic
+        if not target:
+            raise RedriveError(
+                f"record {letter.ledger_key} has no {h.ORIGINAL_TOPIC} header; pass --to TOPIC"
+            )
+        names.add(target)
+    out = {}
+    for name in sorted(names):
+        try:
+            out[name] = len(describe_topic(admin, name).partitions)
+        except UnknownTopicError:
+            raise RedriveError(f"redrive target topic {name!r} does not exist") from None
+    return out
+
+
+def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> None:
+    name = ledger_topic(dlq_topic)
+    replication = describe_topic(admin, dlq_topic).replication
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                name, num_partitions=1, replication_factor=replication, config={"cleanup.policy": "compact"}
+            )
+        ]
+    )
+    try:
+        futures[name].result(30)
+        logger.info("created redrive ledger %s", name)
+    except KafkaException as exc:
+        if exc.args[0].code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+            raise RedriveError(f"cannot create the redrive ledger {name!r}: {exc.args[0].str()}") from exc
+
+
+def redrive(
+    bootstrap: str,
+    dlq_topic: str,
+    *,
+    to: str | None = None,
+    filters: Sequence[Filter] = (),
+    limit: int | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    batch_size: int = 500,
+    progress: Progress | None = None,
+) -> RedriveReport:
+    """Send matching dead letters back to their original topic (or ``to``), recording each in the ledger."""
+    admin = connect(bootstrap)
+    letters = read_dead_letters(bootstrap, dlq_topic, filters=filters)
+    ledger = read_ledger(bootstrap, dlq_topic)
+    skipped = tuple((x, ledger[x.ledger_key]) for x in letters if x.ledger_key in ledger and not force)
+    chosen = [x for x in letters if force or x.ledger_key not in ledger]
+    if limit is not None:
+        chosen = chosen[:limit]
+    _targets(admin, chosen, to)
+    redrive_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+    if dry_run or not chosen:
+        planned = tuple(Moved(x.partition, x.offset, to or x.original_topic or "") for x in chosen)
+        return RedriveReport(redrive_id, dlq_topic, dry_run, planned, skipped)
+    _ensure_ledger(admin, dlq_topic)
+    moved: list[Moved] = []
+    producer = TransactionalProducer(
+        bootstrap,
+        transactional_id=f"laneway-redrive-{dlq_topic}",
+        key_serde="bytes",
+        value_serde="bytes",
+        extra={"logger": logging.getLogger("laneway.kafka.librdkafka")},
+    )
+    with producer:
+        for start in range(0, len(chosen), batch_size):
+            batch = chosen[start : start + batch_size]
+            with producer.transaction() as txn:
+                futures = []
+                for letter in batch:
+                    kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
+                    futures.append(
+                        txn.send(
+                            to or letter.original_topic or "",
+                            letter.value,
+                            key=letter.key,
+                            headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
+                        )
+                    )
+                if producer.flush(60):
+                    raise RedriveError("the re-sent records were not acknowledged in time")
+                now = datetime.now(UTC).isoformat()
+                for letter, fut in zip(batch, futures, strict=True):
+                    meta = fut.result(0)
+                    entry = {
+                        "redrive_id": redrive_id,
+                        "target_topic": meta.topic,
+                        "target_partition": meta.partition,
+                        "target_offset": meta.offset,
+                        "at": now,
+                    }
+                    txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
+                    moved.append(
+                        Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
+                    )
+            if progress is not None:
+                progress(len(moved), len(chosen))
+    logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
+    return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped)

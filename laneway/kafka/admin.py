@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -133,8 +134,23 @@ def client_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _reachable(bootstrap: str, timeout: float) -> bool:
+    """True when a TCP connection to one of the bootstrap addresses opens (a quick first check)."""
+    for server in bootstrap.split(","):
+        address = server.strip().rsplit("://", 1)[-1]
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def connect(bootstrap: str, timeout: float = 5.0) -> AdminClient:
     """An AdminClient for ``bootstrap``, once a broker answered (else :class:`BrokerUnreachableError`)."""
+    if not _reachable(bootstrap, min(timeout, 3.0)):
+        raise BrokerUnreachableError(f"no Kafka broker answered at {bootstrap} (cannot connect)")
     admin = AdminClient(client_config(bootstrap))
     try:
         md = admin.list_topics(timeout=timeout)

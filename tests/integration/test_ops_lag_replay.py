@@ -1,0 +1,162 @@
+"""`laneway lag` and `laneway replay` through the CLI runner on the real broker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import confluent_kafka
+import orjson
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from laneway.kafka.producer import Producer
+from tests.integration.test_ops_cli import invoke, one_line_error
+
+TopicFactory = Callable[..., str]
+BASE = int(time.time() * 1000) - 3_600_000  # records are an hour old: record i at BASE + i s
+
+
+@pytest.fixture
+def consumed(kafka_bootstrap: str, make_topic: TopicFactory, group_id: str) -> str:
+    """A 2-partition topic, 10 records each; the group committed 4 on p0 and all of p1."""
+    topic = make_topic(partitions=2)
+    with Producer(kafka_bootstrap) as producer:
+        for p in (0, 1):
+            for i in range(10):
+                producer.send_async(topic, {"p": p, "i": i}, partition=p, timestamp=BASE + i * 1000 + p * 500)
+    commit(kafka_bootstrap, group_id, [TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 10)])
+    return topic
+
+
+def commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed(admin: AdminClient, group: str) -> dict[int, int]:
+    req = confluent_kafka.ConsumerGroupTopicPartitions(group)
+    res = admin.list_consumer_group_offsets([req])[group].result(30)
+    return {tp.partition: tp.offset for tp in res.topic_partitions or []}
+
+
+def test_lag_per_partition(kafka_bootstrap: str, consumed: str, group_id: str) -> None:
+    result = invoke(kafka_bootstrap, "lag", group_id, "--json")
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    assert data["group"] == group_id and data["total_lag"] == 6 and data["members"] == 0
+    p0, p1 = data["partitions"]
+    assert (p0["topic"], p0["partition"], p0["committed"], p0["end"], p0["lag"]) == (consumed, 0, 4, 10, 6)
+    assert p0["oldest_unconsumed_timestamp"] == BASE + 4000  # the record at the committed offset
+    assert 3500 < p0["oldest_unconsumed_age_seconds"] < 3600 * 24
+    assert (p1["committed"], p1["lag"], p1["oldest_unconsumed_timestamp"]) == (10, 0, None)
+
+    table = invoke(kafka_bootstrap, "lag", group_id)
+    assert table.exit_code == 0
+    assert f"group {group_id}" in table.stdout and "total lag 6" in table.stdout
+    assert "oldest unconsumed" in table.stdout and "1h0" in table.stdout  # about an hour old
+
+    watched = invoke(
+        kafka_bootstrap, "lag", group_id, "--watch", "--interval", "0.1", "--refreshes", "2", "--json"
+    )
+    assert watched.exit_code == 0
+    assert [orjson.loads(line)["total_lag"] for line in watched.stdout.splitlines()] == [6, 6]
+
+
+def test_lag_unknown_group(kafka_bootstrap: str) -> None:
+    result = invoke(kafka_bootstrap, "lag", f"nobody-{uuid.uuid4().hex[:6]}")
+    assert "unknown consumer group" in one_line_error(result)
+
+
+def test_replay_dry_run_then_shift_time_offset(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    plan = invoke(kafka_bootstrap, "replay", group_id, "--to-earliest", "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    assert "dry run: nothing changed" in plan.stdout and "plan for" in plan.stdout
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+    shifted = invoke(kafka_bootstrap, "replay", group_id, "--shift", "-2")
+    assert shifted.exit_code == 0, shifted.output
+    assert "before:" in shifted.stdout and "after:" in shifted.stdout
+    assert committed(kafka_admin, group_id) == {0: 2, 1: 8}
+
+    when = datetime.fromtimestamp((BASE + 6000) / 1000, UTC).isoformat()  # p0 record 6, p1 record 6 (+0.5s)
+    by_time = invoke(kafka_bootstrap, "replay", group_id, "--to-time", when, "--json")
+    assert by_time.exit_code == 0, by_time.output
+    data = orjson.loads(by_time.stdout)
+    assert data["applied"] is True
+    assert [(r["before"], r["after"]) for r in data["partitions"]] == [(2, 6), (8, 6)]
+    assert committed(kafka_admin, group_id) == {0: 6, 1: 6}
+
+    # far in the future: nothing at or after it, so the end
+    assert invoke(kafka_bootstrap, "replay", group_id, "--to-time", "2099-01-01T00:00").exit_code == 0
+    assert committed(kafka_admin, group_id) == {0: 10, 1: 10}
+
+    assert invoke(kafka_bootstrap, "replay", group_id, "--to-offset", "0:3").exit_code == 0
+    assert committed(kafka_admin, group_id) == {0: 3, 1: 10}
+    assert invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:99").exit_code == 0
+    assert committed(kafka_admin, group_id) == {0: 3, 1: 10}  # clamped to the end
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--to-time", "20-11-2026 10am"], "malformed time '20-11-2026 10am'"),
+        (["--to-offset", "zero:1"], "malformed offset"),
+        (["--to-offset", "7:1"], "is not among the group's partitions"),
+        (["--to-earliest", "--shift", "1"], "give exactly one of"),
+        ([], "give exactly one of"),
+        (["--to-earliest", "--topic", "no-such-topic-y"], "unknown topic 'no-such-topic-y'"),
+    ],
+)
+def test_replay_bad_input_changes_nothing(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    consumed: str,
+    group_id: str,
+    args: list[str],
+    expected: str,
+) -> None:
+    assert expected in one_line_error(invoke(kafka_bootstrap, "replay", group_id, *args))
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
+def test_replay_unknown_group(kafka_bootstrap: str) -> None:
+    assert "unknown consumer group" in one_line_error(
+        invoke(kafka_bootstrap, "replay", f"nobody-{uuid.uuid4().hex[:6]}", "--to-earliest")
+    )
+
+
+def test_replay_refuses_a_live_group_unless_new_group(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group_id, "enable.auto.commit": False}
+    )
+    consumer.subscribe([consumed])
+    try:
+        for _ in range(100):  # until the member has joined and got its partitions
+            consumer.poll(0.2)
+            if consumer.assignment():
+                break
+        assert consumer.assignment()
+        refused = invoke(kafka_bootstrap, "replay", group_id, "--to-earliest")
+        assert "live member" in refused.stderr and refused.exit_code == 2
+        assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+        fresh = f"{group_id}-replay"
+        moved = invoke(kafka_bootstrap, "replay", group_id, "--to-earliest", "--new-group", fresh)
+        assert moved.exit_code == 0, moved.output
+        assert committed(kafka_admin, fresh) == {0: 0, 1: 0}
+        assert committed(kafka_admin, group_id) == {0: 4, 1: 10}  # the live group is untouched
+        lag = orjson.loads(invoke(kafka_bootstrap, "lag", group_id, "--json").stdout)
+        assert lag["members"] == 1 and lag["state"] == "stable"
+    finally:
+        consumer.close()

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from laneway.kafka.source import SourceMetrics
 
@@ -41,18 +44,65 @@ __all__ = ["HealthServer", "PrometheusMetrics"]
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class _ProcessedCollector(Collector):
+    """``records_processed`` and ``processing_seconds`` without a lock per record.
+
+    Each worker thread counts into its own arrays (count, sum, one slot per bucket);
+    a scrape adds them up. This keeps the hot path to a bisect and three additions.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._all: list[dict[str, list[float]]] = []
+        self._lock = threading.Lock()
+
+    def record(self, topic: str, seconds: float) -> None:
+        try:
+            mine: dict[str, list[float]] = self._local.stats
+        except AttributeError:
+            mine = self._local.stats = {}
+            with self._lock:
+                self._all.append(mine)
+        arr = mine.get(topic)
+        if arr is None:
+            arr = mine[topic] = [0.0] * (len(_BUCKETS) + 3)
+        arr[0] += 1
+        arr[1] += seconds
+        arr[2 + bisect_left(_BUCKETS, seconds)] += 1
+
+    def totals(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        with self._lock:
+            per_thread = list(self._all)
+        for stats in per_thread:
+            for topic, arr in list(stats.items()):
+                acc = out.setdefault(topic, [0.0] * len(arr))
+                for i, v in enumerate(arr):
+                    acc[i] += v
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        processed = CounterMetricFamily("laneway_records_processed", "handler successes", labels=["topic"])
+        hist = HistogramMetricFamily("laneway_processing_seconds", "handler time", labels=["topic"])
+        for topic, arr in sorted(self.totals().items()):
+            processed.add_metric([topic], arr[0])
+            cumulative, buckets = 0.0, []
+            for le, n in zip((*(str(b) for b in _BUCKETS), "+Inf"), arr[2:], strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            hist.add_metric([topic], buckets, arr[1])
+        yield processed
+        yield hist
+
+
 class PrometheusMetrics(SourceMetrics):
     """Both the engine's and the consumer's metric hooks, on one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
         self.consumed_total = Counter("laneway_records_consumed", "records fetched", registry=r)
-        self.processed_total = Counter(
-            "laneway_records_processed", "handler successes", ["topic"], registry=r
-        )
-        self.processing = Histogram(
-            "laneway_processing_seconds", "handler time", ["topic"], buckets=_BUCKETS, registry=r
-        )
+        self._processed = _ProcessedCollector()
+        r.register(self._processed)
         self.failures = Counter("laneway_handler_failures", "failed attempts", ["topic", "type"], registry=r)
         self.retries = Counter("laneway_retries", "retries scheduled", ["topic"], registry=r)
         self.dead_letters = Counter("laneway_dead_letters", "dead-lettered", ["topic", "reason"], registry=r)
@@ -65,18 +115,14 @@ class PrometheusMetrics(SourceMetrics):
         self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
         self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
         self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
-        self._per_topic: dict[str, tuple[Any, Any]] = {}
 
     # engine hooks
     def processed(self, topic: str, seconds: float) -> None:
-        pair = self._per_topic.get(topic)
-        if pair is None:
-            pair = self._per_topic[topic] = (
-                self.processed_total.labels(topic),
-                self.processing.labels(topic),
-            )
-        pair[0].inc()
-        pair[1].observe(seconds)
+        self._processed.record(topic, seconds)
+
+    def processed_count(self, topic: str) -> int:
+        """Successes so far for ``topic`` (a scrape-time sum)."""
+        return int(self._processed.totals().get(topic, [0.0])[0])
 
     def failed_attempt(self, topic: str, error_type: str) -> None:
         self.failures.labels(topic, error_type).inc()

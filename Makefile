@@ -36,6 +36,10 @@ lint: $(STAMP) ## ruff and mypy --strict
 test: jars lint ## run the whole suite (lint, unit, integration on a real local broker)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+.PHONY: chaos
+chaos: jars ## the long form of the chaos suite (kills, rebalance storms, broker restarts)
+	LANEWAY_CHAOS=long $(VENV)/bin/pytest tests/chaos $(PYTEST_ARGS)
+
 .PHONY: demo
 demo: jars ## run the main job on the embedded defaults
 	$(PY) -m laneway.demo

@@ -36,8 +36,11 @@ class HandlerSpec:
     dead_letter_topic: str | None = None
     deserializer: Callable[[bytes | None], Any] | None = None
     timeout: float | None = None
+    is_async: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
+        # cached: inspect.iscoroutinefunction is too slow for the per-record path
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
         if not self.topic:
             raise ConfigError("topic", "must be a non-empty topic name")
         if self.ordering not in ("key", "partition", "unordered"):
@@ -48,10 +51,6 @@ class HandlerSpec:
             raise ConfigError("timeout", f"must be > 0, got {self.timeout}")
         if not callable(self.fn):
             raise ConfigError("handler", f"{self.fn!r} is not callable")
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
 
     @property
     def dlq_topic(self) -> str:

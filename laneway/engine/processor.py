@@ -110,6 +110,7 @@ class Processor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._aready: asyncio.Queue[_Lane | None] | None = None
         self._loop_thread: threading.Thread | None = None
+        self._loop_ident: int | None = None
         if any(s.is_async for s in self._handlers.values()):
             started = threading.Event()
             self._loop_thread = threading.Thread(
@@ -169,8 +170,13 @@ class Processor:
                     to_dispatch.append(lane)
                 else:
                     lane.events.append((ev, state))
+        async_lanes: list[_Lane] = []
         for lane in to_dispatch:
-            self._dispatch(lane)
+            self._dispatch(lane, async_lanes)
+        if async_lanes:
+            loop, aready = self._loop, self._aready
+            assert loop is not None and aready is not None
+            loop.call_soon_threadsafe(_put_all, aready, async_lanes)
         return accepted
 
     def positions(self) -> dict[TopicPartition, int]:
@@ -261,8 +267,12 @@ class Processor:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, lane: _Lane) -> None:
-        """Hand a scheduled lane to its pool, or park it until its head event is due."""
+    def _dispatch(self, lane: _Lane, async_batch: list[_Lane] | None = None) -> None:
+        """Hand a scheduled lane to its pool, or park it until its head event is due.
+
+        Async lanes dispatched from another thread are collected in ``async_batch`` when
+        given (one wake-up of the loop for a whole poll batch).
+        """
         if not lane.events:
             return
         spec = lane.spec
@@ -275,7 +285,12 @@ class Processor:
         if spec.is_async:
             loop, aready = self._loop, self._aready
             assert loop is not None and aready is not None
-            loop.call_soon_threadsafe(aready.put_nowait, lane)
+            if threading.get_ident() == self._loop_ident:
+                aready.put_nowait(lane)
+            elif async_batch is not None:
+                async_batch.append(lane)
+            else:
+                loop.call_soon_threadsafe(aready.put_nowait, lane)
         else:
             self._ready.put(lane)
 
@@ -417,16 +432,20 @@ class Processor:
     def _thread_worker(self) -> None:
         ready, metrics = self._ready, self._metrics
         perf = time.perf_counter
+        lane: _Lane | None = None
         while True:
-            lane = ready.get()
             if lane is None:
-                return
+                lane = ready.get()
+                if lane is None:
+                    return
             started = self._start(lane)
             if started is None:
+                lane = None
                 continue
             ev, state = started
             if self.fatal is not None:
                 self._release(state)
+                lane = None
                 continue
             spec = lane.spec
             t0 = perf()
@@ -445,14 +464,23 @@ class Processor:
                     "handler for %s ran %.2fs, past its %.2fs timeout", ev.topic, perf() - t0, spec.timeout
                 )
             try:
-                self._after(lane, ev, state, err)
+                if err is None and spec.delay is None:
+                    # fast path: keep running this lane while no other lane waits for a worker
+                    if self._finish(lane, ev, state):
+                        if ready.empty():
+                            continue
+                        self._dispatch(lane)
+                else:
+                    self._after(lane, ev, state, err)
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 self._halt(exc)
+            lane = None
 
     def _run_loop(self, started: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
+        self._loop_ident = threading.get_ident()
         self._aready = asyncio.Queue()
         workers = [loop.create_task(self._async_worker()) for _ in range(self._concurrency)]
         started.set()
@@ -511,6 +539,11 @@ class Processor:
             self._after(lane, ev, state, err)
         except Exception as exc:
             self._halt(exc)
+
+
+def _put_all(aready: asyncio.Queue[_Lane | None], lanes: list[_Lane]) -> None:
+    for lane in lanes:
+        aready.put_nowait(lane)
 
 
 class _Undeserializable(Exception):

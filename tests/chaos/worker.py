@@ -1,0 +1,59 @@
+"""The chaos worker, run as ``laneway run tests.chaos.worker:app`` with its settings in the
+environment: LW_BOOTSTRAP, LW_TOPIC, LW_GROUP, LW_OUT, LW_SLEEP_MS, LW_MAX_EVENTS, LW_CONCURRENCY.
+
+Each finished event appends ``pid partition offset key value`` to LW_OUT with a single
+``write`` on an ``O_APPEND`` descriptor, so several processes can share one file, lines never
+interleave, and the file order is the order in which events finished.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from laneway import App, Backpressure, Event
+
+
+def build(
+    bootstrap: str, topic: str, group: str, out_path: str, sleep_ms: float, max_events: int, concurrency: int
+) -> App:
+    pid = os.getpid()
+    app = App(
+        f"chaos-{pid}",
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        concurrency=concurrency,
+        commit_interval=0.2,
+        shutdown_timeout=20,
+        backpressure=Backpressure(max_events=max_events),
+        kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+    )
+    fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @app.handler(topic)
+    def handle(ev: Event) -> None:
+        time.sleep(random.random() * sleep_ms / 1000)
+        key = ev.key.decode() if ev.key else "-"
+        value = ev.value.decode() if ev.value else "-"
+        os.write(fd, f"{pid} {ev.partition} {ev.offset} {key} {value}\n".encode())
+
+    return app
+
+
+def _from_env() -> App | None:
+    env = os.environ
+    if "LW_BOOTSTRAP" not in env:
+        return None
+    return build(
+        env["LW_BOOTSTRAP"],
+        env["LW_TOPIC"],
+        env["LW_GROUP"],
+        env["LW_OUT"],
+        float(env.get("LW_SLEEP_MS", "2")),
+        int(env.get("LW_MAX_EVENTS", "500")),
+        int(env.get("LW_CONCURRENCY", "16")),
+    )
+
+
+app = _from_env()

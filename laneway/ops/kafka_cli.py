@@ -546,7 +546,17 @@ def dlq_redrive(
             progress=progress,
         )
     if json:
-        _echo_json(report)
+        _echo_json(
+            {
+                "redrive_id": report.redrive_id,
+                "dlq_topic": report.dlq_topic,
+                "dry_run": report.dry_run,
+                "moved": report.moved,
+                "skipped": [
+                    {"dlq_partition": x.partition, "dlq_offset": x.offset, "by": e} for x, e in report.skipped
+                ],
+            }
+        )
         return
     console = _console()
     verb = "would move" if dry_run else "moved"

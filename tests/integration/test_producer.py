@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import confluent_kafka
 import pytest
+from confluent_kafka import TopicPartition
 
 from laneway.kafka.partitioner import ExplicitPartitioner, RoundRobinPartitioner, java_partition
 from laneway.kafka.producer import Batching, ProduceError, Producer, ProducerClosedError
@@ -19,7 +20,11 @@ TopicFactory = Callable[..., str]
 def read_records(
     bootstrap: str, topic: str, count: int, *, isolation: str = "read_uncommitted", timeout: float = 30.0
 ) -> list[confluent_kafka.Message]:
-    """Read ``count`` records of ``topic`` from the beginning (fewer if ``timeout`` runs out)."""
+    """Read up to ``count`` records of ``topic`` from the beginning.
+
+    A read_uncommitted reader stops at the end of every partition; a read_committed one
+    waits up to ``timeout`` for ``count`` (transaction markers land a moment after commit).
+    """
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -27,20 +32,24 @@ def read_records(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": isolation,
+            "enable.partition.eof": isolation == "read_uncommitted",
         }
     )
     try:
-        md = consumer.list_topics(topic, timeout=10)
-        parts = md.topics[topic].partitions
-        consumer.assign(
-            [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in parts]
-        )
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in parts])
+        pending = set(parts)
         out: list[confluent_kafka.Message] = []
         deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
+        while len(out) < count and pending and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is None:
                 out.append(msg)
+            elif err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                pending.discard(msg.partition())
         return out
     finally:
         consumer.close()

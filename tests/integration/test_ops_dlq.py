@@ -1,0 +1,150 @@
+"""`laneway dlq show|redrive` through the CLI runner: error headers, filters, the ledger
+that stops a second redrive, --force, --to, and bad targets that change nothing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import orjson
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from laneway.kafka import headers as h
+from laneway.kafka.producer import Producer
+from laneway.kafka.redrive import ledger_topic, read_ledger
+from tests.integration.test_ops_cli import invoke, one_line_error
+from tests.integration.test_producer import read_records
+
+TopicFactory = Callable[..., str]
+
+
+def dead_letter_headers(topic: str, offset: int, error: str, message: str) -> list[tuple[str, str]]:
+    return [
+        ("trace-id", f"t{offset}"),  # an original header, kept by a redrive
+        (h.ORIGINAL_TOPIC, topic),
+        (h.ORIGINAL_PARTITION, "1"),
+        (h.ORIGINAL_OFFSET, str(offset)),
+        (h.REASON, "handler"),
+        (h.ERROR_TYPE, error),
+        (h.ERROR_MESSAGE, message),
+        (h.TRACEBACK, f'Traceback (most recent call last):\n  File "app.py"\n{error}: {message}'),
+        (h.ATTEMPTS, "3"),
+        (h.FIRST_FAILURE, "2026-11-20T10:00:00+00:00"),
+        (h.LAST_FAILURE, "2026-11-20T10:00:05+00:00"),
+    ]
+
+
+@pytest.fixture
+def topics(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> Iterator[tuple[str, str]]:
+    """An "orders" topic and its DLQ holding 3 dead letters (2 ValueError, 1 KeyError)."""
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    letters = [
+        ("c1", "ValueError", "bad amount"),
+        ("c2", "KeyError", "'sku'"),
+        ("c3", "ValueError", "bad date"),
+    ]
+    with Producer(kafka_bootstrap, value_serde="json") as producer:
+        for offset, (key, error, message) in enumerate(letters):
+            producer.send(
+                dlq,
+                {"order": offset},
+                key=key,
+                headers=dead_letter_headers(orders, offset + 40, error, message),
+            )
+    yield orders, dlq
+    for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+        with contextlib.suppress(Exception):
+            f.result(30)
+
+
+def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics: tuple[str, str]) -> None:
+    orders, dlq = topics
+    result = invoke(kafka_bootstrap, "dlq", "show", dlq)
+    assert result.exit_code == 0, result.output
+    assert "3 dead letter(s)" in result.stdout
+    assert "ValueError: bad amount" in result.stdout and "KeyError: 'sku'" in result.stdout
+    assert f"{orders}/1/40" in result.stdout
+
+    only = orjson.loads(
+        invoke(kafka_bootstrap, "dlq", "show", dlq, "--filter", "error.type=KeyError", "--json").stdout
+    )
+    assert [x["key"] for x in only] == ["c2"]
+    assert only[0]["headers"][h.ERROR_MESSAGE] == "'sku'" and only[0]["redriven_by"] is None
+    contains = invoke(
+        kafka_bootstrap, "dlq", "show", dlq, "-f", "error.message~bad", "-f", "key=c3", "--json"
+    )
+    assert [x["offset"] for x in orjson.loads(contains.stdout)] == [2]
+
+    tb = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", "1", "--traceback")
+    assert "1 dead letter(s)" in tb.stdout and "Traceback (most recent call last)" in tb.stdout
+
+
+def test_redrive_moves_once_and_records_it(kafka_bootstrap: str, topics: tuple[str, str]) -> None:
+    orders, dlq = topics
+    plan = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    assert "would move 3 record(s)" in plan.stdout and "dry run: nothing changed" in plan.stdout
+    assert read_records(kafka_bootstrap, orders, 1, timeout=2) == []
+
+    first = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--filter", "error.type=ValueError")
+    assert first.exit_code == 0, first.output
+    assert "moved 2 record(s)" in first.stdout and "redrive id" in first.stdout
+    moved = read_records(kafka_bootstrap, orders, 2, isolation="read_committed")
+    assert sorted(m.key() or b"" for m in moved) == [b"c1", b"c3"]
+    sent = dict(moved[0].headers() or [])
+    assert h.REDRIVE_ID in sent and sent["trace-id"] in (b"t40", b"t42")
+    assert not any(name.startswith("laneway.error") or name == h.ORIGINAL_TOPIC for name in sent)
+    ledger = read_ledger(kafka_bootstrap, dlq)
+    assert sorted(ledger) == [f"{dlq}/0/0", f"{dlq}/0/2"]
+    assert {e.target_topic for e in ledger.values()} == {orders}
+
+    second = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--json")
+    report = orjson.loads(second.stdout)
+    assert [m["dlq_offset"] for m in report["moved"]] == [1]  # only the KeyError one is new
+    assert len(report["skipped"]) == 2
+
+    third = invoke(kafka_bootstrap, "dlq", "redrive", dlq)
+    assert "nothing to move" in third.stdout and "skipped 3 record(s) already redriven" in third.stdout
+    assert len(read_records(kafka_bootstrap, orders, 10)) == 3  # every redrive transaction committed
+
+    shown = orjson.loads(invoke(kafka_bootstrap, "dlq", "show", dlq, "--json").stdout)
+    assert all(x["redriven_by"] for x in shown)
+
+    forced = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--force", "--limit", "1")
+    assert "moved 1 record(s)" in forced.stdout
+    assert len(read_records(kafka_bootstrap, orders, 10)) == 4
+
+
+def test_redrive_to_another_topic(
+    kafka_bootstrap: str, make_topic: TopicFactory, topics: tuple[str, str]
+) -> None:
+    _, dlq = topics
+    elsewhere = make_topic(partitions=1, prefix="retry")
+    result = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--to", elsewhere, "-f", "key=c2")
+    assert result.exit_code == 0, result.output
+    assert [m.key() for m in read_records(kafka_bootstrap, elsewhere, 1, isolation="read_committed")] == [
+        b"c2"
+    ]
+
+
+def test_bad_redrives_change_nothing(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, topics: tuple[str, str]
+) -> None:
+    orders, dlq = topics
+    missing = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--to", "no-such-target-z")
+    assert "redrive target topic 'no-such-target-z' does not exist" in one_line_error(missing)
+    assert "unknown topic 'no-such-dlq'" in one_line_error(
+        invoke(kafka_bootstrap, "dlq", "show", "no-such-dlq")
+    )
+    assert "malformed filter" in one_line_error(invoke(kafka_bootstrap, "dlq", "show", dlq, "-f", "nonsense"))
+
+    bare = make_topic(partitions=1, prefix="bare-dlq")
+    with Producer(kafka_bootstrap) as producer:
+        producer.send(bare, {"x": 1}, key="k")  # no laneway headers at all
+    assert "pass --to TOPIC" in one_line_error(invoke(kafka_bootstrap, "dlq", "redrive", bare))
+
+    assert read_records(kafka_bootstrap, orders, 1, timeout=2) == []
+    assert ledger_topic(dlq) not in kafka_admin.list_topics(timeout=10).topics

@@ -289,3 +289,36 @@ def test_committed_position_never_passes_unfinished_work(
         release.set()
         app.shutdown()
     assert committed(kafka_bootstrap, group_id, topic, 1)[0] == 20
+
+
+def test_two_topics_async_and_thread_handlers_and_null_keys(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    import asyncio
+
+    t_async, t_sync = make_topic(partitions=3), make_topic(partitions=2)
+    dlq_a, dlq_s = make_topic(partitions=1, prefix="dlq"), make_topic(partitions=1, prefix="dlq")
+    order_a = produce_keyed(kafka_bootstrap, t_async, 3000, keys=50)
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(300):
+        p.produce(t_sync, key=None, value=str(i).encode(), partition=i % 2)  # null keys: lane per partition
+    assert p.flush(10) == 0
+    got_a: dict[bytes | None, list[int]] = {}
+    got_s: dict[int, list[int]] = {}
+    app = App("two", bootstrap_servers=kafka_bootstrap, group_id=group_id, concurrency=32)
+
+    @app.handler(t_async, dead_letter_topic=dlq_a)
+    async def on_a(ev: Event) -> None:
+        await asyncio.sleep(0.001)
+        got_a.setdefault(ev.key, []).append(int(ev.value or b"-1"))
+
+    @app.handler(t_sync, dead_letter_topic=dlq_s)
+    def on_s(ev: Event) -> None:
+        time.sleep(0.0005)
+        got_s.setdefault(ev.partition, []).append(int(ev.value or b"-1"))
+
+    assert app.run_until(lambda: sum(map(len, got_a.values())) + sum(map(len, got_s.values())) >= 3300, 120)
+    assert got_a == order_a
+    assert got_s == {0: list(range(0, 300, 2)), 1: list(range(1, 300, 2))}
+    assert committed(kafka_bootstrap, group_id, t_async, 3) == end_offsets(kafka_bootstrap, t_async, 3)
+    assert committed(kafka_bootstrap, group_id, t_sync, 2) == {0: 150, 1: 150}

@@ -1,11 +1,191 @@
-"""Commands of this area (filled in by its issue)."""
+"""``laneway pipeline run`` and the catalog query commands ``show``, ``search``, ``lineage``.
+
+``register(app)`` adds the ``pipeline`` sub-app to the root app. The query commands
+belong under ``laneway catalog``, whose sub-app ``laneway.catalog.cli`` owns: it calls
+``add_query_commands(catalog_app)``. pyspark is imported inside the commands only.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+from typing import Annotated, Any, cast
+
 import typer
 
-__all__ = ["register"]
+__all__ = ["add_query_commands", "pipeline_app", "register"]
+
+pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
+
+_WAREHOUSE_HELP = "folder of the Delta tables (env LANEWAY_WAREHOUSE)"
+Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
+Master = Annotated[str, typer.Option(help="Spark master URL: local[*], local-cluster[2,1,1024], spark://...")]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(2)
+
+
+@pipeline_app.command("run")
+def run(
+    bootstrap: Annotated[
+        str, typer.Option(envvar="LANEWAY_BOOTSTRAP", help="Kafka bootstrap servers (env LANEWAY_BOOTSTRAP)")
+    ],
+    warehouse: Warehouse = "warehouse",
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(help="streaming checkpoint folder; default <warehouse>/_checkpoints/pipeline"),
+    ] = None,
+    topic: Annotated[str, typer.Option(help="the topic of entity snapshots")] = "catalog.entities",
+    trigger: Annotated[
+        str, typer.Option(help="'available-now' (backfill, then stop) or an interval such as '10s'")
+    ] = "available-now",
+    max_offsets_per_trigger: Annotated[
+        int | None, typer.Option(help="at most this many records per micro-batch")
+    ] = None,
+    starting_offsets: Annotated[
+        str, typer.Option(help="earliest, latest or JSON; used by a new checkpoint only")
+    ] = "earliest",
+    compact_every: Annotated[int, typer.Option(help="OPTIMIZE the tables every N batches; 0: never")] = 50,
+    master: Master = "local[*]",
+    conf: Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE; repeatable")] = None,
+    log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
+) -> None:
+    """Run the pipeline; with a processing-time trigger it runs until interrupted.
+
+    Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
+    """
+    from laneway.spark.pipeline import PipelineError, PipelineSettings, run_pipeline
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark_conf: dict[str, str] = {}
+    for item in conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--conf wants KEY=VALUE, got {item!r}")
+        spark_conf[key.strip()] = value
+    try:
+        settings = PipelineSettings(
+            bootstrap=bootstrap,
+            warehouse=warehouse,
+            checkpoint=checkpoint or f"{warehouse.rstrip('/')}/_checkpoints/pipeline",
+            topic=topic,
+            trigger=trigger,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            starting_offsets=starting_offsets,
+            master=master,
+            compact_every=compact_every,
+            spark_conf=spark_conf,
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    try:
+        result = run_pipeline(settings)
+    except KeyboardInterrupt:
+        typer.secho("interrupted", err=True)
+        raise typer.Exit(130) from None
+    except PipelineError as exc:
+        raise _fail(str(exc)) from exc
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}s"
+
+    typer.echo(
+        f"{len(result.batches)} batches, {result.records} records, {result.quarantined} quarantined; "
+        f"freshness p50 {fmt(result.freshness_p50_s)} p99 {fmt(result.freshness_p99_s)}"
+    )
+
+
+def _session(master: str) -> Any:
+    from laneway.spark.session import SessionSettings, build_session
+
+    return build_session(SessionSettings(master=master, app_name="laneway-catalog"))
+
+
+def _echo_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def add_query_commands(catalog_app: typer.Typer) -> None:
+    """Add ``show``, ``search`` and ``lineage`` to the ``laneway catalog`` sub-app."""
+
+    @catalog_app.command("show")
+    def show(
+        entity: Annotated[str, typer.Argument(help="an entity id (table:sales.orders) or qualified name")],
+        warehouse: Warehouse = "warehouse",
+        master: Master = "local[*]",
+        as_json: AsJson = False,
+    ) -> None:
+        """Show one entity: its current state, children and versions."""
+        from laneway.spark.queries import show_entity
+
+        found = show_entity(_session(master), warehouse, entity)
+        if found is None:
+            raise _fail(f"no entity {entity!r} in {warehouse}")
+        if as_json:
+            _echo_json(found)
+            return
+        state = " (deleted)" if found["deleted"] else ""
+        typer.echo(f"{found['entity_id']}{state}  v{found['version']} {found['op']}")
+        for key in ("name", "qualified_name", "parent_id", "description", "owner", "source_id", "target_id"):
+            if found.get(key) is not None:
+                typer.echo(f"  {key}: {found[key]}")
+        for key, value in (found.get("attributes") or {}).items():
+            typer.echo(f"  attribute {key}: {value}")
+        for child in found["children"]:
+            typer.echo(f"  child {child['entity_id']}")
+        versions = ", ".join(f"v{h['version']} {h['op']}" for h in found.get("history", []))
+        typer.echo(f"  history: {versions}")
+
+    @catalog_app.command("search")
+    def search(
+        text: Annotated[str, typer.Argument(help="text to look for in names, descriptions and owners")],
+        warehouse: Warehouse = "warehouse",
+        limit: Annotated[int, typer.Option(help="at most this many results")] = 20,
+        entity_type: Annotated[str | None, typer.Option("--type", help="only this entity type")] = None,
+        master: Master = "local[*]",
+        as_json: AsJson = False,
+    ) -> None:
+        """Search the catalog, best matches first."""
+        from laneway.spark.queries import search_entities
+
+        found = search_entities(_session(master), warehouse, text, limit=limit, entity_type=entity_type)
+        if as_json:
+            _echo_json(found)
+            return
+        for row in found:
+            typer.echo(f"{row['entity_id']}\t{row['description'] or ''}")
+        if not found:
+            typer.secho("no match", err=True)
+
+    @catalog_app.command("lineage")
+    def lineage_cmd(
+        table: Annotated[str, typer.Argument(help="a table: table:sales.orders or sales.orders")],
+        warehouse: Warehouse = "warehouse",
+        depth: Annotated[int, typer.Option(min=1, help="levels to follow")] = 1,
+        direction: Annotated[str, typer.Option(help="upstream, downstream or both")] = "both",
+        master: Master = "local[*]",
+        as_json: AsJson = False,
+    ) -> None:
+        """The tables upstream and downstream of TABLE."""
+        from laneway.spark.queries import Direction, lineage
+
+        if direction not in ("upstream", "downstream", "both"):
+            raise _fail(f"--direction must be upstream, downstream or both, not {direction!r}")
+        found = lineage(_session(master), warehouse, table, depth=depth, direction=cast(Direction, direction))
+        if as_json:
+            _echo_json(found)
+            return
+        typer.echo(found["table"])
+        for edge in found["upstream"]:
+            typer.echo(f"  {'  ' * (edge['depth'] - 1)}<- {edge['source_id']}  (depth {edge['depth']})")
+        for edge in found["downstream"]:
+            typer.echo(f"  {'  ' * (edge['depth'] - 1)}-> {edge['target_id']}  (depth {edge['depth']})")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root ``laneway`` app."""
+    """Add ``laneway pipeline`` to the root ``laneway`` app."""
+    app.add_typer(pipeline_app, name="pipeline")

@@ -92,6 +92,7 @@ class PipelineSettings:
     * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
     * ``source_options``: passed verbatim to Spark's Kafka source
       (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...).
+    * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
     """
 
     bootstrap: str
@@ -104,6 +105,7 @@ class PipelineSettings:
     master: str = "local[*]"
     compact_every: int = 50
     source_options: Mapping[str, str] = field(default_factory=dict)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -130,6 +132,7 @@ class PipelineSettings:
         object.__setattr__(self, "warehouse", str(self.warehouse))
         object.__setattr__(self, "checkpoint", str(self.checkpoint))
         object.__setattr__(self, "source_options", dict(self.source_options))
+        object.__setattr__(self, "spark_conf", dict(self.spark_conf))
 
     @property
     def trigger_interval_ms(self) -> int | None:
@@ -284,7 +287,8 @@ class _BatchWriter:
             if stats["lineage"]:
                 _merge_lineage(spark, self.paths, latest)
         if quarantined:
-            _merge_quarantine(spark, self.paths[schema.QUARANTINE], parsed, batch_id)
+            logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
+            _merge_quarantine(spark, self.paths[schema.QUARANTINE], parsed)
         committed_ms = time.time() * 1000
         quantiles = [float(v) for v in (stats["q"] or []) if v is not None]
         points: list[tuple[float, float]] = []
@@ -453,7 +457,7 @@ def _merge_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str], l
     )
 
 
-def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame, batch_id: int) -> None:
+def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -467,14 +471,6 @@ def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame, batch_i
         "kafka_timestamp",
         F.lit(datetime.now(UTC)).cast("timestamp").alias("ingested_at"),
     )
-    for row in bad.select("kafka_partition", "kafka_offset", "reason").limit(20).collect():
-        logger.warning(
-            "batch %d: quarantined partition %d offset %d: %s",
-            batch_id,
-            row["kafka_partition"],
-            row["kafka_offset"],
-            row["reason"],
-        )
     (
         DeltaTable.forPath(spark, path)
         .alias("t")
@@ -535,7 +531,13 @@ def run_pipeline(
     Raises ``PipelineError`` when the streaming query fails.
     """
     own = spark is None
-    session = spark if spark is not None else build_session(SessionSettings(master=settings.master))
+    session = (
+        spark
+        if spark is not None
+        else build_session(
+            SessionSettings(master=settings.master, app_name="laneway-pipeline", conf=settings.spark_conf)
+        )
+    )
     writer = _BatchWriter(settings, metrics if metrics is not None else _default_metrics())
     try:
         ensure_tables(session, settings.warehouse)

@@ -10,7 +10,7 @@ replay|health`` print what these return.
 
 Errors::
 
-    AdminError                 root: a cluster operation could not be done (nothing changed)
+    AdminError                 root (a laneway.LanewayError): an operation failed, nothing changed
     ├── BrokerUnreachableError no broker answered at the bootstrap address
     ├── UnknownTopicError      a named topic does not exist
     ├── UnknownGroupError      a named consumer group does not exist
@@ -34,6 +34,8 @@ from typing import Any, Literal
 import confluent_kafka
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+
+from laneway.engine.errors import LanewayError
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -80,7 +82,7 @@ DEFAULT_RETENTION_MS = 14 * 24 * 3600 * 1000
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
-class AdminError(Exception):
+class AdminError(LanewayError):
     """A cluster operation could not be done; nothing was changed."""
 
 

@@ -13,7 +13,7 @@ raises); :meth:`Producer.send_async` returns at once with a
 
 Errors::
 
-    ProducerError             root of this module's errors
+    ProducerError             root of this module's errors (a laneway.LanewayError)
     ├── ProduceError          a record was not delivered; keeps the KafkaError and the record
     └── ProducerClosedError   the producer was used after close()
 
@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import confluent_kafka
 
+from laneway.engine.errors import LanewayError
 from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve
 
@@ -58,7 +59,7 @@ Acks = Literal["all", "1", "0"]
 Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
 
 
-class ProducerError(Exception):
+class ProducerError(LanewayError):
     """Root of the producer's errors."""
 
 

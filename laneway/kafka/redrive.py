@@ -119,7 +119,10 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class Filter:
-    """``FIELD=VALUE`` (equal) or ``FIELD~TEXT`` (contains)."""
+    """``FIELD=VALUE`` (equal) or ``FIELD~TEXT`` (contains).
+
+    ``error.type=ValueError`` also matches a qualified ``builtins.ValueError``.
+    """
 
     name: str
     op: Literal["=", "~"]
@@ -129,7 +132,12 @@ class Filter:
         got = letter.field(self.name)
         if got is None:
             return False
-        return got == self.value if self.op == "=" else self.value in got
+        if self.op == "~":
+            return self.value in got
+        # error types are qualified (builtins.ValueError): the bare class name matches too
+        return got == self.value or (
+            self.name.endswith("error.type") and got.rpartition(".")[2] == self.value
+        )
 
 
 def parse_filters(specs: Iterable[str]) -> list[Filter]:

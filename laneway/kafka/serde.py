@@ -7,7 +7,7 @@ both ways, so tombstones and null keys stay null. Pick a built-in one by name wi
 
 Errors::
 
-    SerdeError                 root of this module's errors (a ValueError)
+    SerdeError                 root of this module's errors (a LanewayError and a ValueError)
     ├── SerializationError     a value could not be turned into bytes
     └── DeserializationError   bytes could not be read back; keeps the raw data
 """
@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
+
+from laneway.engine.errors import LanewayError
 
 __all__ = [
     "BytesSerde",
@@ -33,7 +35,7 @@ __all__ = [
 SerdeName = Literal["json", "bytes", "str"]
 
 
-class SerdeError(ValueError):
+class SerdeError(LanewayError, ValueError):
     """A value or a record could not be converted."""
 
 

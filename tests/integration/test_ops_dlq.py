@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from laneway.engine.events import Event
 from laneway.kafka import headers as h
+from laneway.kafka.dlq import dead_letter_headers
 from laneway.kafka.producer import Producer
 from laneway.kafka.redrive import ledger_topic, read_ledger
 from tests.integration.test_ops_cli import invoke, one_line_error
@@ -19,20 +22,24 @@ from tests.integration.test_producer import read_records
 TopicFactory = Callable[..., str]
 
 
-def dead_letter_headers(topic: str, offset: int, error: str, message: str) -> list[tuple[str, str]]:
-    return [
-        ("trace-id", f"t{offset}"),  # an original header, kept by a redrive
-        (h.ORIGINAL_TOPIC, topic),
-        (h.ORIGINAL_PARTITION, "1"),
-        (h.ORIGINAL_OFFSET, str(offset)),
-        (h.REASON, "handler"),
-        (h.ERROR_TYPE, error),
-        (h.ERROR_MESSAGE, message),
-        (h.TRACEBACK, f'Traceback (most recent call last):\n  File "app.py"\n{error}: {message}'),
-        (h.ATTEMPTS, "3"),
-        (h.FIRST_FAILURE, "2026-11-20T10:00:00+00:00"),
-        (h.LAST_FAILURE, "2026-11-20T10:00:05+00:00"),
-    ]
+def dead_letter(orders: str, offset: int, key: str, error: Exception) -> tuple[bytes, list[tuple[str, Any]]]:
+    """A dead letter as the engine writes it (laneway.kafka.dlq.dead_letter_headers)."""
+    try:
+        raise error
+    except Exception as raised:  # a real traceback
+        event = Event(
+            topic=orders,
+            partition=1,
+            offset=offset,
+            key=key.encode(),
+            value=orjson.dumps({"order": offset}),
+            headers=[("trace-id", f"t{offset}".encode())],  # an original header, kept by a redrive
+            timestamp_ms=1_795_168_800_000,
+            attempt=3,
+            first_failure=1_795_168_800.0,
+            last_failure=1_795_168_805.0,
+        )
+        return event.value or b"", dead_letter_headers(event, raised, "handler")
 
 
 @pytest.fixture
@@ -41,19 +48,11 @@ def topics(
 ) -> Iterator[tuple[str, str]]:
     """An "orders" topic and its DLQ holding 3 dead letters (2 ValueError, 1 KeyError)."""
     orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
-    letters = [
-        ("c1", "ValueError", "bad amount"),
-        ("c2", "KeyError", "'sku'"),
-        ("c3", "ValueError", "bad date"),
-    ]
-    with Producer(kafka_bootstrap, value_serde="json") as producer:
-        for offset, (key, error, message) in enumerate(letters):
-            producer.send(
-                dlq,
-                {"order": offset},
-                key=key,
-                headers=dead_letter_headers(orders, offset + 40, error, message),
-            )
+    letters = [("c1", ValueError("bad amount")), ("c2", KeyError("sku")), ("c3", ValueError("bad date"))]
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for offset, (key, error) in enumerate(letters):
+            value, headers = dead_letter(orders, offset + 40, key, error)
+            producer.send(dlq, value, key=key, headers=headers)
     yield orders, dlq
     for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
         with contextlib.suppress(Exception):
@@ -65,7 +64,7 @@ def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics:
     result = invoke(kafka_bootstrap, "dlq", "show", dlq)
     assert result.exit_code == 0, result.output
     assert "3 dead letter(s)" in result.stdout
-    assert "ValueError: bad amount" in result.stdout and "KeyError: 'sku'" in result.stdout
+    assert "builtins.ValueError: bad amount" in result.stdout and "builtins.KeyError: 'sku'" in result.stdout
     assert f"{orders}/1/40" in result.stdout
 
     only = orjson.loads(
@@ -79,7 +78,7 @@ def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics:
     assert [x["offset"] for x in orjson.loads(contains.stdout)] == [2]
 
     tb = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", "1", "--traceback")
-    assert "1 dead letter(s)" in tb.stdout and "Traceback (most recent call last)" in tb.stdout
+    assert "1 dead letter(s)" in tb.stdout and "raise error" in tb.stdout and "bad amount" in tb.stdout
 
 
 def test_redrive_moves_once_and_records_it(kafka_bootstrap: str, topics: tuple[str, str]) -> None:

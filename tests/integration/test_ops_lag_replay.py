@@ -62,6 +62,9 @@ def test_lag_per_partition(kafka_bootstrap: str, consumed: str, group_id: str) -
     assert f"group {group_id}" in table.stdout and "total lag 6" in table.stdout
     assert "oldest unconsumed" in table.stdout and "1h0" in table.stdout  # about an hour old
 
+    live = invoke(kafka_bootstrap, "lag", group_id, "--watch", "--interval", "0.1", "--refreshes", "2")
+    assert live.exit_code == 0 and "total lag 6" in live.stdout
+
     watched = invoke(
         kafka_bootstrap, "lag", group_id, "--watch", "--interval", "0.1", "--refreshes", "2", "--json"
     )

@@ -139,3 +139,24 @@ def test_failures_raise(kafka_bootstrap: str, make_topic: TopicFactory) -> None:
             Producer.partition_count(producer, missing)
     with pytest.raises(ValueError, match="acks='all'"):
         Producer(kafka_bootstrap, acks="1")
+
+
+def test_configuration_knobs() -> None:
+    """Idempotent with acks=all by default; codecs and batching reach librdkafka (no broker needed)."""
+    batching = Batching(linger_ms=25, batch_size=64_000, max_records=500, buffer_records=1000)
+    producer = Producer("127.0.0.1:1", compression="zstd", batching=batching, extra={"client.id": "mine"})
+    try:
+        c = producer.config
+        assert (c["enable.idempotence"], c["acks"], c["partitioner"]) == (True, "all", "murmur2_random")
+        assert (c["compression.type"], c["linger.ms"], c["batch.size"]) == ("zstd", 25, 64_000)
+        assert (c["batch.num.messages"], c["queue.buffering.max.messages"], c["client.id"]) == (
+            500,
+            1000,
+            "mine",
+        )
+    finally:
+        producer.close(timeout=1)
+    with pytest.raises(ValueError, match="linger_ms"):
+        Batching(linger_ms=-1)
+    with pytest.raises(ValueError, match="unknown compression"):
+        Producer("127.0.0.1:1", compression="brotli")  # type: ignore[arg-type]

@@ -147,7 +147,12 @@ class TransactionalProducer(Producer):
         )
         super().__init__(bootstrap, extra=extra, **kwargs)
         self.transactional_id = transactional_id
-        self._call("init_transactions", init_timeout)
+        try:
+            self._call("init_transactions", init_timeout)
+        except TransactionError:
+            self._closed.set()  # stop the poll thread; nothing was sent
+            self._poller.join()
+            raise
 
     def _call(self, name: str, *args: Any) -> None:
         try:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
 import typer
+from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -65,6 +66,9 @@ def _errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except (ka.AdminError, ProducerError) as exc:
             raise _fail(str(exc)) from exc
+        except KafkaException as exc:  # a request the tools did not wrap, e.g. a metadata timeout
+            err = exc.args[0] if exc.args else exc
+            raise _fail(f"kafka: {err.str() if isinstance(err, KafkaError) else err}") from exc
 
     return wrapper
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -139,3 +140,14 @@ def _committed(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
     req = confluent_kafka.ConsumerGroupTopicPartitions(group)
     res = admin.list_consumer_group_offsets([req])[group].result(30)
     return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}
+
+
+def test_init_failure_raises_and_leaves_no_thread() -> None:
+    def pollers() -> int:
+        return sum(t.name == "laneway-producer-poll" for t in threading.enumerate())
+
+    before = pollers()
+    with pytest.raises(TransactionError, match="init_transactions failed") as err:
+        TransactionalProducer("127.0.0.1:1", transactional_id="nowhere", init_timeout=1)
+    assert err.value.kafka_error is not None and err.value.__cause__ is not None
+    assert pollers() == before

@@ -1,62 +1,409 @@
-"""``make demo``: the main job on embedded defaults.
+"""``make demo``: the catalog end to end on a local broker.
 
-Starts a local broker, creates a topic, produces a keyed sample, consumes it with a
-consumer group, prints what happened, and stops the broker.
+1. start a local Kafka broker and create ``catalog.changes``, ``catalog.entities`` and
+   ``catalog.changes.dlq``;
+2. generate a metastore change stream (hot keys, bursts, out-of-order arrival, a few
+   malformed records) and produce it at a steady average rate, with a progress bar;
+3. meanwhile run the sync app (a Laneway app: validate, enrich from the simulated
+   source with retries, produce snapshots) and the Spark pipeline (snapshots into
+   Delta tables, streaming), until the sync's lag is zero; then let Spark drain;
+4. print a summary: records produced, processed, dead-lettered; each stage's
+   throughput and freshness; the lag reaching zero; a few catalog queries; and a check
+   that the Delta ``entities`` table equals the final state computed from the generated
+   events alone;
+5. stop what it started.
+
+The Spark stage runs when pyspark and ``laneway.spark.pipeline`` are importable; without
+them the demo stops after the sync and checks the snapshots on Kafka instead.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
+import os
+import tempfile
+import threading
 import time
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+import orjson
+from confluent_kafka import Consumer, TopicPartition
 
+from laneway.catalog.generator import (
+    GeneratorConfig,
+    ProduceResult,
+    ensure_topics,
+    expected_final_state,
+    generate,
+    produce,
+)
+from laneway.catalog.source import SimulatedSource
+from laneway.catalog.sync import CatalogSync, SyncSettings, consumer_lag
+from laneway.kafka import headers
 from laneway.ops.broker import LocalBroker
 
-__all__ = ["main"]
+__all__ = ["DemoSettings", "main"]
+
+logger = logging.getLogger(__name__)
+
+CHANGES, ENTITIES, DLQ = "catalog.changes", "catalog.entities", "catalog.changes.dlq"
+_CONTRACT_FIELDS = (
+    "entity_id", "entity_type", "op", "version", "event_time_ms", "name", "qualified_name", "parent_id",
+    "description", "owner", "attributes", "source_id", "target_id",
+)  # fmt: skip
 
 
-def main(records: int = 10_000, partitions: int = 4) -> None:
-    t0 = time.monotonic()
-    with LocalBroker.create() as broker:
-        print(f"broker up at {broker.bootstrap} in {time.monotonic() - t0:.1f}s")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic("demo", num_partitions=partitions, replication_factor=1)])[
-            "demo"
-        ].result()
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-        t1 = time.monotonic()
-        for i in range(records):
-            producer.produce("demo", key=f"entity-{i % 100}".encode(), value=f"change {i}".encode())
-            producer.poll(0)
-        producer.flush()
-        print(f"produced {records} records in {time.monotonic() - t1:.2f}s")
-        consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "demo",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings:
+    """The demo's size: 75 s of production at the default rate."""
+
+    entities: int = 3_000
+    events: int = 60_000
+    rate: float = 800.0
+    hot_share: float = 0.2
+    invalid_share: float = 0.001
+    partitions: int = 8
+    seed: int = 42
+    spark: bool = True
+
+
+@dataclass
+class _Stage:
+    """A background stage: its result or its error."""
+
+    name: str
+    result: Any = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+    thread: threading.Thread | None = None
+
+    def start(self, fn: Callable[[], Any]) -> _Stage:
+        def run() -> None:
+            t0 = time.monotonic()
+            try:
+                self.result = fn()
+            except BaseException as exc:  # reported in the summary, not lost in a thread
+                self.error = exc
+            finally:
+                self.seconds = time.monotonic() - t0
+
+        self.thread = threading.Thread(target=run, name=f"demo-{self.name}", daemon=True)
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+@dataclass
+class _LagSampler:
+    bootstrap: str
+    group: str
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stop.wait(3.0):
+            lag = consumer_lag(self.bootstrap, self.group, CHANGES)
+            if lag is not None:
+                self.samples.append((time.monotonic() - t0, lag))
+
+
+def _end_offsets(bootstrap: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-probe"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+    finally:
+        c.close()
+
+
+def _dead_letter_reasons(bootstrap: str, n: int) -> list[str]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-dlq", "auto.offset.reset": "earliest"})
+    c.subscribe([DLQ])
+    out: list[str] = []
+    deadline = time.monotonic() + 20
+    while len(out) < n and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            hs = msg.headers() or []
+            pairs = list(hs.items()) if isinstance(hs, dict) else list(hs)
+            info = headers.decode([(k, v.encode() if isinstance(v, str) else v) for k, v in pairs])
+            out.append(f"{info.get(headers.ORIGINAL_KEY)}: {info.get(headers.ERROR_MESSAGE, '')[:100]}")
+    c.close()
+    return out
+
+
+def _latest_snapshots_on_kafka(bootstrap: str, expect: int) -> dict[str, dict[str, Any]]:
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "demo-check", "auto.offset.reset": "earliest",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    c.subscribe([ENTITIES])
+    latest: dict[str, dict[str, Any]] = {}
+    seen, deadline = 0, time.monotonic() + 120
+    while seen < expect and time.monotonic() < deadline:
+        for msg in c.consume(2000, timeout=1.0):
+            value = msg.value()
+            if msg.error() is None and value is not None:
+                seen += 1
+                snap = orjson.loads(value)
+                if snap["version"] >= latest.get(snap["entity_id"], {}).get("version", 0):
+                    latest[snap["entity_id"]] = {k: snap[k] for k in _CONTRACT_FIELDS}
+    c.close()
+    return latest
+
+
+def _compare(actual: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]]) -> list[str]:
+    problems = [f"missing {k}" for k in sorted(expected.keys() - actual.keys())]
+    problems += [f"unexpected {k}" for k in sorted(actual.keys() - expected.keys())]
+    for k in sorted(expected.keys() & actual.keys()):
+        if actual[k] != expected[k]:
+            diff = [f for f in _CONTRACT_FIELDS if actual[k].get(f) != expected[k].get(f)]
+            problems.append(f"{k}: differs in {diff}")
+    return problems
+
+
+def _rate(n: float, seconds: float | None) -> str:
+    return f"{n / seconds:,.0f}/s" if seconds else "-"
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} s"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v / 1000:.2f} s"
+
+
+def main(settings: DemoSettings | None = None) -> int:
+    """Run the demo; return 0 when the final state matched, 1 otherwise."""
+    s = settings or DemoSettings()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("laneway.engine.processor").setLevel(logging.ERROR)  # dead letters: summarized below
+    spark_ok = s.spark and _spark_available()
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="laneway-demo-") as tmp, LocalBroker.create() as broker:
+        bootstrap = broker.bootstrap
+        print(f"broker up at {bootstrap} in {time.monotonic() - t_start:.1f}s")
+        ensure_topics(bootstrap, {CHANGES: s.partitions, ENTITIES: s.partitions, DLQ: 1})
+
+        # event times are real time: the generated timeline runs at the production rate
+        config = GeneratorConfig(
+            entities=s.entities,
+            events=s.events,
+            hot_share=s.hot_share,
+            invalid_share=s.invalid_share,
+            mean_gap_ms=1000.0 / s.rate,
+            max_skew_ms=2_000,
+            seed=s.seed,
+            start_time_ms=int(time.time() * 1000),
         )
-        consumer.subscribe(["demo"])
-        per_partition: Counter[int] = Counter()
-        t2 = time.monotonic()
-        while sum(per_partition.values()) < records and time.monotonic() - t2 < 60:
-            for msg in consumer.consume(1000, timeout=1.0):
-                partition = msg.partition()
-                if msg.error() is None and partition is not None:
-                    per_partition[partition] += 1
-        consumer.commit(asynchronous=False)
-        consumer.close()
-        del producer, admin  # close the clients before the broker goes away
+        t0 = time.monotonic()
+        records = generate(config)
+        expected = expected_final_state(records)  # from the events alone, no Kafka involved
         print(
-            f"consumed {sum(per_partition.values())} records in {time.monotonic() - t2:.2f}s:",
-            dict(per_partition),
+            f"generated {len(records):,} records about {s.entities:,} entities "
+            f"({config.invalid_events} malformed, {config.hot_keys} hot keys) in {time.monotonic() - t0:.1f}s"
         )
-    print("broker stopped")
+
+        sync = CatalogSync(
+            SyncSettings(bootstrap_servers=bootstrap, delay_seconds=0, concurrency=64, commit_interval=0.5),
+            source=SimulatedSource(median_latency=0.002, failure_rate=0.02, seed=s.seed),
+        )
+        spark_stop, spark_ready = threading.Event(), threading.Event()
+        spark_stage = _Stage("spark")
+        warehouse = Path(tmp) / "warehouse"
+        if spark_ok:  # Spark first: its start-up should not count against freshness
+            t0 = time.monotonic()
+            print("starting Spark (local[2]) and the streaming pipeline ...")
+            spark_stage.start(
+                lambda: _run_spark(bootstrap, warehouse, Path(tmp) / "checkpoint", spark_ready, spark_stop)
+            )
+            spark_ready.wait(300)
+            print(f"Spark up in {time.monotonic() - t0:.0f}s")
+        producer = _Stage("produce").start(
+            lambda: produce(records, bootstrap=bootstrap, topic=CHANGES, rate=s.rate, progress=True)
+        )
+        sampler = _LagSampler(bootstrap, sync.settings.group_id)
+        threading.Thread(target=sampler.run, name="demo-lag", daemon=True).start()
+
+        t_sync = time.monotonic()
+        caught_up = sync.run_until_caught_up(
+            timeout=900, ready=lambda: producer.thread is not None and not producer.thread.is_alive()
+        )
+        sync_seconds = time.monotonic() - t_sync
+        sampler.stop.set()
+        final_lag = consumer_lag(bootstrap, sync.settings.group_id, CHANGES)
+        sampler.samples.append((sampler.samples[-1][0] + 3 if sampler.samples else 0.0, final_lag or 0))
+        producer.join()
+        spark_stop.set()
+        spark_stage.join()
+        st, source, group = sync.stats, sync.source, sync.settings.group_id
+        del sync  # the app's clients go before the broker does
+        gc.collect()
+
+        snapshots_on_kafka = _end_offsets(bootstrap, ENTITIES)
+        dead_lettered = _end_offsets(bootstrap, DLQ)
+        produced: ProduceResult | None = producer.result
+
+        print("\n=== summary ===")
+        if producer.error is not None or produced is None:
+            print(f"generator FAILED: {producer.error!r}")
+            return 1
+        sync_span = (st.last_ms - st.first_ms) / 1000 if st.first_ms and st.last_ms else None
+        print(
+            f"produced     {produced.produced:,} change records to {CHANGES} in {produced.seconds:.1f}s "
+            f"({_rate(produced.produced, produced.seconds)}; target {s.rate:,.0f}/s, with bursts)"
+        )
+        print(
+            f"sync         {st.snapshots:,} snapshots to {ENTITIES} ({snapshots_on_kafka:,} on the topic), "
+            f"{st.deletes:,} deletes, {_rate(st.snapshots, sync_span)} while busy, caught up: {caught_up}"
+        )
+        print(
+            f"             source: {source.calls:,} calls, {source.failures:,} transient failures "
+            f"retried; {st.attempts - st.snapshots:,} extra attempts"
+        )
+        print(
+            f"dead-letter  {dead_lettered} records on {DLQ} "
+            f"(generated {config.invalid_events} malformed), e.g.:"
+        )
+        for reason in _dead_letter_reasons(bootstrap, 3):
+            print(f"             {reason}")
+        print(
+            f"freshness    sync (record timestamp -> snapshot acked): p50 {_ms(st.percentile(0.5))}, "
+            f"p99 {_ms(st.percentile(0.99))}"
+        )
+        lag_line = " -> ".join(f"{lag}" for _, lag in sampler.samples[-12:])
+        print(f"lag          {group} on {CHANGES}, every 3 s: {lag_line}")
+        print(f"             final lag {final_lag} after {sync_seconds:.1f}s")
+
+        ok = caught_up and dead_lettered == config.invalid_events
+        if spark_ok:
+            ok = _spark_summary(spark_stage, warehouse, expected) and ok
+        else:
+            print("spark        skipped (pyspark or laneway.spark.pipeline not available)")
+            latest = _latest_snapshots_on_kafka(bootstrap, snapshots_on_kafka)
+            problems = _compare(latest, expected)
+            print(
+                f"check        latest snapshot per entity on {ENTITIES} vs the state computed from the "
+                f"events: {'EQUAL' if not problems else f'{len(problems)} differences'} "
+                f"({len(expected):,} entities)"
+            )
+            for p in problems[:5]:
+                print(f"             {p}")
+            ok = ok and not problems
+    print(f"broker stopped; demo took {time.monotonic() - t_start:.0f}s: {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+# ---------------------------------------------------------------------------- Spark
+
+
+def _spark_available() -> bool:
+    try:
+        import pyspark  # noqa: F401
+
+        from laneway.spark import pipeline  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _run_spark(
+    bootstrap: str, warehouse: Path, checkpoint: Path, ready: threading.Event, stop: threading.Event
+) -> Any:
+    """Stream ``catalog.entities`` into Delta until ``stop``, then drain it with available-now."""
+    from laneway.spark.pipeline import PipelineSettings, ensure_tables, run_pipeline
+    from laneway.spark.session import SessionSettings, build_session
+
+    try:
+        spark = build_session(SessionSettings(master="local[2]", app_name="laneway-demo"))
+        ensure_tables(spark, str(warehouse))
+    finally:
+        ready.set()
+    where = {"bootstrap": bootstrap, "warehouse": str(warehouse), "checkpoint": str(checkpoint)}
+    t0 = time.monotonic()
+    streaming = run_pipeline(PipelineSettings(**where, trigger="5s"), spark, stop_event=stop)  # type: ignore[arg-type]
+    drained = run_pipeline(PipelineSettings(**where), spark)  # type: ignore[arg-type]
+    return spark, streaming, drained, time.monotonic() - t0
+
+
+def _spark_summary(stage: _Stage, warehouse: Path, expected: dict[str, dict[str, Any]]) -> bool:
+    if stage.error is not None or stage.result is None:
+        print(f"spark        FAILED: {stage.error!r}")
+        return False
+    spark, streaming, drained, seconds = stage.result
+    from laneway.spark.schema import table_path
+
+    batches = streaming.batches + drained.batches
+    records = streaming.records + drained.records
+    busy = sum(b.duration_s for b in batches)
+    print(
+        f"spark        {records:,} snapshots into Delta in {len(batches)} batches "
+        f"({_rate(records, busy)} while writing, {seconds:.0f}s wall incl. start-up), "
+        f"{streaming.quarantined + drained.quarantined} quarantined"
+    )
+    p50 = streaming.freshness_p50_s if streaming.freshness_p50_s is not None else drained.freshness_p50_s
+    p99 = streaming.freshness_p99_s if streaming.freshness_p99_s is not None else drained.freshness_p99_s
+    print(f"freshness    end to end (event time -> Delta commit): p50 {_s(p50)}, p99 {_s(p99)}")
+    try:
+        entities = table_path(str(warehouse), "entities")
+        edges = table_path(str(warehouse), "lineage_edges")
+        _queries(spark, entities, edges)
+        rows = spark.read.format("delta").load(entities).select(*_CONTRACT_FIELDS).collect()
+        actual = {}
+        for row in rows:
+            d = row.asDict()
+            d["attributes"] = dict(d["attributes"] or {})
+            actual[d["entity_id"]] = d
+        problems = _compare(actual, expected)
+        print(
+            f"check        Delta `entities` vs the state computed from the generated events: "
+            f"{'EQUAL' if not problems else f'{len(problems)} differences'} ({len(expected):,} entities)"
+        )
+        for p in problems[:5]:
+            print(f"             {p}")
+        return not problems
+    finally:
+        spark.stop()
+
+
+def _queries(spark: Any, entities: str, edges: str) -> None:
+    spark.read.format("delta").load(entities).createOrReplaceTempView("entities")
+    spark.read.format("delta").load(edges).createOrReplaceTempView("lineage_edges")
+    print("\n--- catalog queries ---")
+    print("entities by type (live / deleted):")
+    q = "SELECT entity_type, sum(CAST(NOT deleted AS INT)) live, sum(CAST(deleted AS INT)) deleted "
+    for r in spark.sql(q + "FROM entities GROUP BY entity_type ORDER BY entity_type").collect():
+        print(f"  {r['entity_type']:<10} {r['live']:>6} {r['deleted']:>6}")
+    print("the hottest entities (most versions):")
+    q = "SELECT entity_id, version, attributes['rows'] rows FROM entities ORDER BY version DESC LIMIT 3"
+    for r in spark.sql(q).collect():
+        print(f"  {r['entity_id']:<40} v{r['version']:<7} rows={r['rows']}")
+    print("search 'orders' (live tables):")
+    q = (
+        "SELECT qualified_name, owner, attributes['source.format'] fmt FROM entities WHERE NOT deleted "
+        "AND entity_type = 'table' AND name LIKE '%orders%' ORDER BY qualified_name LIMIT 5"
+    )
+    for r in spark.sql(q).collect():
+        print(f"  {r['qualified_name']:<30} owner={r['owner']} format={r['fmt']}")
+    q = "SELECT source_id, count(*) n FROM lineage_edges GROUP BY source_id ORDER BY n DESC, source_id"
+    top = spark.sql(q).limit(1).collect()
+    if top:
+        src = top[0]["source_id"]
+        print(f"lineage: downstream of {src}:")
+        rows = spark.sql(f"SELECT target_id FROM lineage_edges WHERE source_id = '{src}' ORDER BY target_id")
+        for r in rows.collect():
+            print(f"  -> {r['target_id']}")
+    print()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(DemoSettings(spark=os.environ.get("LANEWAY_DEMO_SPARK", "1") != "0")))

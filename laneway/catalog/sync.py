@@ -190,8 +190,10 @@ class CatalogSync:
             self.close()
 
     def close(self) -> None:
-        """Flush and close the snapshot producer (after the app has shut down)."""
-        self.producer.close()
+        """Flush and close the snapshot producer (after the app has shut down); idempotent."""
+        producer = self.__dict__.pop("producer", None)
+        if producer is not None:
+            producer.close()
 
 
 def consumer_lag(bootstrap: str, group_id: str, topic: str, timeout: float = 10.0) -> int | None:

@@ -1,0 +1,26 @@
+"""One module per contender; each exposes ``run(spec, rec)`` and runs until ``rec.done``."""
+
+from __future__ import annotations
+
+__all__ = ["CONCURRENT", "IN_VENV", "ORDERED", "QUIX", "module_for"]
+
+#: contenders that run in the main venv, in report order
+IN_VENV = ["raw", "partition-seq", "laneway-key", "laneway-key-async", "laneway-unordered", "arroyo"]
+#: the one that needs its own venv (quixstreams pins confluent-kafka<2.13)
+QUIX = "quix"
+#: contenders that promise per-key order (order violations fail their run)
+ORDERED = {"raw", "partition-seq", "laneway-key", "laneway-key-async", "quix"}
+#: contenders whose concurrency is a setting (the others are fixed by design)
+CONCURRENT = {"laneway-key", "laneway-key-async", "laneway-unordered", "arroyo"}
+
+
+def module_for(contender: str) -> str:
+    return {
+        "raw": "bench.contenders.raw",
+        "partition-seq": "bench.contenders.partition_seq",
+        "laneway-key": "bench.contenders.laneway_app",
+        "laneway-key-async": "bench.contenders.laneway_app",
+        "laneway-unordered": "bench.contenders.laneway_app",
+        "arroyo": "bench.contenders.arroyo_app",
+        "quix": "bench.contenders.quix_app",
+    }[contender]

@@ -1,0 +1,44 @@
+"""The ceiling: a bare confluent-kafka consume loop, handler inline, manual commits."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.workload import Recorder, RunSpec
+
+
+def run(spec: RunSpec, rec: Recorder) -> None:
+    c = Consumer(
+        {
+            "bootstrap.servers": spec.bootstrap,
+            "group.id": spec.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([spec.topic])
+    positions: dict[int, int] = {}
+    next_commit = time.monotonic() + spec.commit_interval
+    deadline = time.monotonic() + spec.timeout
+    handle = rec.handle
+    try:
+        while not rec.done.is_set() and time.monotonic() < deadline:
+            for msg in c.consume(500, 0.1):
+                if msg.error() is not None:
+                    continue
+                p, o = msg.partition(), msg.offset()
+                handle(p, o, msg.value())  # type: ignore[arg-type]
+                positions[p] = o + 1  # type: ignore[operator]
+            if time.monotonic() >= next_commit and positions:
+                c.commit(offsets=_tps(spec.topic, positions), asynchronous=True)
+                next_commit = time.monotonic() + spec.commit_interval
+        if positions:
+            c.commit(offsets=_tps(spec.topic, positions), asynchronous=False)
+    finally:
+        c.close()
+
+
+def _tps(topic: str, positions: dict[int, int]) -> list[TopicPartition]:
+    return [TopicPartition(topic, p, o) for p, o in positions.items()]

@@ -56,6 +56,8 @@ class AppSettings(BaseModel):
     stall_timeout: float = Field(default=60.0, gt=0)
     startup_timeout: float = Field(default=10.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    exactly_once: bool = False
+    transactional_id: str | None = Field(default=None, min_length=1)
     kafka_config: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("bootstrap_servers")
@@ -86,6 +88,8 @@ class App:
         stall_timeout: float = 60.0,
         startup_timeout: float = 10.0,
         metrics_port: int | None = None,
+        exactly_once: bool = False,
+        transactional_id: str | None = None,
         kafka_config: dict[str, Any] | None = None,
     ) -> None:
         try:
@@ -101,6 +105,8 @@ class App:
                 stall_timeout=stall_timeout,
                 startup_timeout=startup_timeout,
                 metrics_port=metrics_port,
+                exactly_once=exactly_once,
+                transactional_id=transactional_id,
                 kafka_config=kafka_config or {},
             )
         except ValidationError as exc:
@@ -213,6 +219,9 @@ class App:
                 metrics=self.metrics,
                 name=f"laneway-consumer-{i}",
                 on_fatal=self._on_fatal,
+                producer_config=self._client_config(),
+                exactly_once=s.exactly_once,
+                transactional_id=f"{s.transactional_id}-{i}" if s.transactional_id else None,
             )
             self.sources.append(source)
             source.start()

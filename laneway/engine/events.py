@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "TopicPartition"]
+__all__ = ["Event", "Output", "TopicPartition"]
 
 #: (topic, partition)
 TopicPartition = tuple[str, int]
+#: a record a handler emits: (topic, key, value, headers)
+Output = tuple[str, bytes | str | None, bytes | str | None, list[tuple[str, str | bytes | None]] | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -33,6 +35,26 @@ class Event:
     first_failure: float = 0.0
     last_failure: float = 0.0
     error: BaseException | None = None
+    outputs: list[Output] | None = None
+
+    def emit(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        """Produce a record as part of this event's outcome.
+
+        Emitted records are produced when the event's offset is committed, before the
+        commit: at least once by default, exactly once (in the same Kafka transaction as
+        the consumed offsets) when the app runs with ``exactly_once=True``. Records of a
+        failed attempt are discarded.
+        """
+        if self.outputs is None:
+            self.outputs = []
+        self.outputs.append((topic, key, value, headers))
 
     @property
     def tp(self) -> TopicPartition:

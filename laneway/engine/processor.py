@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
-from laneway.engine.events import Event, TopicPartition
+from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.offsets import OffsetTracker
@@ -50,6 +50,8 @@ class PartitionState:
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
     running: int = 0
     revoked: bool = False
+    #: records emitted by finished events, waiting for the commit position to pass them
+    outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
 
 
 class _Lane:
@@ -93,6 +95,7 @@ class Processor:
         self._waiters = 0
         self._lanes: dict[Hashable, _Lane] = {}
         self._states: dict[TopicPartition, PartitionState] = {}
+        self._retired: dict[TopicPartition, PartitionState] = {}
         self.events_in_memory = 0
         self.bytes_in_memory = 0
         self._parked = 0
@@ -197,6 +200,8 @@ class Processor:
             revoking = [s for tp in tps if (s := self._states.pop(tp, None)) is not None]
             for s in revoking:
                 s.revoked = True
+                if s.outputs:
+                    self._retired[s.tp] = s
             self._waiters += 1
             try:
                 while any(s.running for s in revoking):
@@ -217,6 +222,29 @@ class Processor:
                 if pos is not None:
                     out[s.tp] = pos
             return out
+
+    def take_outputs(self, positions: Mapping[TopicPartition, int]) -> list[Output]:
+        """Remove and return, in offset order, what finished events below ``positions`` emitted."""
+        out: list[Output] = []
+        with self._lock:
+            for tp, pos in positions.items():
+                state = self._states.get(tp) or self._retired.get(tp)
+                if state is None or not state.outputs:
+                    continue
+                ready = sorted((o for o in state.outputs if o[0] < pos), key=lambda o: o[0])
+                if ready:
+                    state.outputs = [o for o in state.outputs if o[0] >= pos]
+                    for _, records in ready:
+                        out.extend(records)
+                if not state.outputs:
+                    self._retired.pop(tp, None)
+        return out
+
+    def discard_outputs(self, tps: Iterable[TopicPartition]) -> None:
+        """Forget what revoked partitions emitted (they were lost: their work will be redone)."""
+        with self._lock:
+            for tp in tps:
+                self._retired.pop(tp, None)
 
     def drain(self, timeout: float) -> bool:
         """Wait until nothing is held in memory; False on timeout."""
@@ -330,6 +358,8 @@ class Processor:
         with self._lock:
             state.running -= 1
             state.tracker.done(ev.offset)
+            if ev.outputs:
+                state.outputs.append((ev.offset, ev.outputs))
             lane.events.popleft()
             self.events_in_memory -= 1
             self.bytes_in_memory -= ev.size
@@ -390,6 +420,7 @@ class Processor:
             failure.__cause__ = exc
             self._halt(failure)
             return
+        ev.outputs = None  # a dead-lettered event emits nothing
         self._metrics.dead_lettered(ev.topic, reason)
         logger.warning(
             "dead-lettered %r to %s after %d attempt(s): %s: %s",
@@ -450,6 +481,8 @@ class Processor:
             spec = lane.spec
             t0 = perf()
             err: BaseException | None = None
+            if ev.outputs is not None:
+                ev.outputs = None  # what a failed attempt emitted is discarded
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)
@@ -508,6 +541,8 @@ class Processor:
             spec = lane.spec
             t0 = perf()
             err: BaseException | None = None
+            if ev.outputs is not None:
+                ev.outputs = None
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)

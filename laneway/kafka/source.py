@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +27,22 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
+    Producer,
     TopicPartition,
 )
 
-from laneway.engine.events import Event
+from laneway.engine.errors import LanewayError
+from laneway.engine.events import Event, Output
 from laneway.engine.policies import Backpressure
 from laneway.engine.processor import Processor
 
-__all__ = ["KafkaSource", "SourceMetrics"]
+__all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
 logger = logging.getLogger(__name__)
+
+
+class OutputError(LanewayError):
+    """Records a handler emitted could not be produced (or their transaction failed)."""
 
 
 class SourceMetrics:
@@ -76,6 +83,9 @@ class KafkaSource:
         metrics: SourceMetrics | None = None,
         name: str = "laneway-consumer",
         on_fatal: Callable[[BaseException], None] | None = None,
+        producer_config: dict[str, Any] | None = None,
+        exactly_once: bool = False,
+        transactional_id: str | None = None,
     ) -> None:
         conf = {
             "enable.auto.commit": False,
@@ -85,6 +95,18 @@ class KafkaSource:
             **config,
         }
         self._consumer = Consumer(conf)
+        # emitted records: produced before the offsets that cover them are committed
+        self._exactly_once = exactly_once
+        pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
+        if exactly_once:
+            # A stable id per replica lets a restarted process fence its predecessor and abort
+            # the transaction it left open; a fresh one leaves it to transaction.timeout.ms.
+            pconf["transactional.id"] = (
+                transactional_id or f"laneway-{conf.get('group.id')}-{uuid.uuid4().hex[:12]}"
+            )
+            pconf.setdefault("transaction.timeout.ms", 10_000)
+        self._producer: Producer | None = Producer(pconf) if producer_config is not None else None
+        self._produce_error: KafkaError | None = None
         self._topics = topics
         self._processor = processor
         self._bp = backpressure
@@ -105,6 +127,8 @@ class KafkaSource:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        if self._exactly_once and self._producer is not None:
+            self._producer.init_transactions(30)
         self._consumer.subscribe(
             self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -242,9 +266,22 @@ class KafkaSource:
     # ------------------------------------------------------------------ commits and lag
 
     def _commit(self, positions: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
+        """Produce what finished events emitted below ``positions``, then commit the positions.
+
+        With ``exactly_once`` both go in one Kafka transaction. A failure to produce or to
+        commit a transaction raises (the app halts: nothing past the last committed
+        transaction is visible, so a restart redoes the work exactly once).
+        """
         if not positions:
             return
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        outputs = self._processor.take_outputs(positions) if self._producer is not None else []
+        if self._exactly_once:
+            self._commit_transaction(outputs, offsets)
+            return
+        if outputs:
+            self._produce_all(outputs)
+            asynchronous = False  # the flush already waited; keep the order produce -> commit simple
         try:
             if asynchronous:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
@@ -254,6 +291,47 @@ class KafkaSource:
         except KafkaException as exc:
             self._metrics.commit(False)
             logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
+
+    def _produce_all(self, outputs: list[Output]) -> None:
+        producer = self._producer
+        assert producer is not None
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None and self._produce_error is None:
+                self._produce_error = err
+
+        for topic, key, value, headers in outputs:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        if producer.flush(60) != 0 or self._produce_error is not None:
+            raise OutputError(
+                f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
+            )
+
+    def _commit_transaction(self, outputs: list[Output], offsets: list[TopicPartition]) -> None:
+        producer = self._producer
+        assert producer is not None
+        try:
+            producer.begin_transaction()
+            for topic, key, value, headers in outputs:
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, headers=headers)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(60)
+            self._metrics.commit(True)
+        except KafkaException as exc:
+            self._metrics.commit(False)
+            raise OutputError(
+                f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
+            ) from exc
 
     def _report_lag(self) -> None:
         for topic, partition in list(self._assigned):
@@ -294,6 +372,7 @@ class KafkaSource:
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
         self._processor.revoke(tps, 0.0)  # not ours any more: drop, do not commit
+        self._processor.discard_outputs(tps)
         self._assigned.difference_update(tps)
         self.lost_group = True
         self._metrics.rebalance("lost", len(parts))
@@ -312,3 +391,5 @@ class KafkaSource:
             self._consumer.close()
         except Exception:
             logger.exception("closing the consumer failed")
+        if self._producer is not None:
+            self._producer.flush(10)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 
 def produce_keyed(
@@ -40,9 +42,17 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (retrying transient coordinator errors)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
+        for attempt in range(10):
+            try:
+                tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException:  # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS while the broker is busy
+                if attempt == 9:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
     finally:
         c.close()

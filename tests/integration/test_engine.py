@@ -322,3 +322,26 @@ def test_two_topics_async_and_thread_handlers_and_null_keys(
     assert got_s == {0: list(range(0, 300, 2)), 1: list(range(1, 300, 2))}
     assert committed(kafka_bootstrap, group_id, t_async, 3) == end_offsets(kafka_bootstrap, t_async, 3)
     assert committed(kafka_bootstrap, group_id, t_sync, 2) == {0: 150, 1: 150}
+
+
+def test_emitted_records_are_produced_once_per_success(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    source, output = make_topic(partitions=2), make_topic(partitions=1, prefix="out")
+    dlq = make_topic(partitions=1, prefix="dlq")
+    produce_keyed(kafka_bootstrap, source, 200, keys=10)
+    count = [0]
+    app = App("emit", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+
+    @app.handler(source, dead_letter_topic=dlq, retry=Retry(max_attempts=2, initial_backoff=0.001))
+    def handle(ev: Event) -> None:
+        ev.emit(output, ev.value, key=ev.key)
+        if ev.attempt == 1 and int(ev.value or b"0") % 10 == 0:
+            raise ConnectionError("first attempt fails after emitting")  # its output is discarded
+        if int(ev.value or b"0") == 7:
+            ev.emit(output, b"7", key=ev.key)  # a second record for this one
+        count[0] += 1
+
+    assert app.run_until(lambda: count[0] >= 200, 60)
+    values = sorted(int(m.value()) for m in _read_all(kafka_bootstrap, output, 201))  # type: ignore[attr-defined]
+    assert values == sorted([*range(200), 7])

@@ -130,3 +130,73 @@ def test_sigterm_drains_and_commits_finished_work(
         offsets = sorted(o for pp, o, _, _ in finished if pp == p)
         # the committed offset covers exactly the finished work: a gap-free prefix
         assert offsets == list(range(got[p])), p
+
+
+def _read_values(bootstrap: str, topic: str, isolation: str, timeout: float = 10) -> list[int]:
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
+    values: list[int] = []
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < timeout:
+        msgs = c.consume(500, 0.5)
+        if msgs:
+            idle_since = time.monotonic()
+        values.extend(int(m.value() or b"-1") for m in msgs if m.error() is None)
+        if values and not msgs and time.monotonic() - idle_since > 2:
+            break
+    c.close()
+    return values
+
+
+def test_exactly_once_outputs_survive_a_kill(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: TopicFactory,
+    group_id: str,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    source, output = make_topic(partitions=4), make_topic(partitions=2, prefix="out")
+    kafka_admin.create_topics([NewTopic(f"{source}.dlq", 1, 1)])[f"{source}.dlq"].result(10)
+    n = 6000
+    produce_keyed(kafka_bootstrap, source, n, keys=100)
+    env = {
+        **os.environ,
+        "LW_BOOTSTRAP": kafka_bootstrap,
+        "LW_TOPIC": source,
+        "LW_OUTPUT": output,
+        "LW_GROUP": group_id,
+    }
+
+    def spawn() -> subprocess.Popen[bytes]:
+        with (tmp_path / "eos.log").open("ab") as f:
+            p = subprocess.Popen(
+                [LANEWAY, "run", "tests.integration.eos_worker:app"], env=env, stdout=f, stderr=f
+            )
+        procs.append(p)
+        return p
+
+    first = spawn()
+    _wait(lambda: sum(v for v in committed(kafka_bootstrap, group_id, source, 4).values() if v > 0) > 500, 90)
+    first.kill()  # SIGKILL: whatever transaction was open is never committed
+    first.wait()
+    at_kill = sum(v for v in committed(kafka_bootstrap, group_id, source, 4).values() if v > 0)
+    assert at_kill < n  # killed mid-stream
+    second = spawn()
+    ends = end_offsets(kafka_bootstrap, source, 4)
+    _wait(lambda: committed(kafka_bootstrap, group_id, source, 4) == ends, 120)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(40) == 0
+
+    seen = _read_values(kafka_bootstrap, output, "read_committed")
+    assert sorted(seen) == list(range(n))  # every input exactly once, none twice, none lost

@@ -217,7 +217,7 @@ def read_dead_letters(
     limit: int | None = None,
     progress: Progress | None = None,
 ) -> list[DeadLetter]:
-    """The records of dead-letter topic ``topic`` that match every filter, oldest first per partition."""
+    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset."""
     out: list[DeadLetter] = []
     for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
         raw = tuple(_header(item) for item in (msg.headers() or ()))
@@ -236,7 +236,7 @@ def read_dead_letters(
             out.append(letter)
             if limit is not None and len(out) >= limit:
                 break
-    return out
+    return sorted(out, key=lambda x: (x.partition, x.offset))
 
 
 def _header(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:

@@ -321,8 +321,8 @@ def lag(
 # -- replay ----------------------------------------------------------------------------
 
 
-def _plan_table(plan: ka.ResetPlan, title: str, after_label: str = "new") -> Table:
-    table = Table("topic", "partition", "current", after_label, "change", "earliest", "latest", title=title)
+def _plan_table(plan: ka.ResetPlan, title: str, labels: tuple[str, str] = ("current", "new")) -> Table:
+    table = Table("topic", "partition", *labels, "change", "earliest", "latest", title=title)
     for r in plan.rows:
         change = "-" if r.before is None else f"{r.after - r.before:+d}"
         table.add_row(
@@ -420,7 +420,7 @@ def replay(
     if json:
         _echo_json(_plan_json(after, applied=True))
         return
-    _console().print(_plan_table(after, f"after: {where}", after_label="committed"))
+    _console().print(_plan_table(after, f"after: {where}", labels=("before", "after")))
     typer.echo(f"reset {len(after.rows)} partition(s) of {plan.target_group}")
 
 
@@ -495,7 +495,7 @@ def dlq_show(
     )
     for x in letters:
         entry = ledger.get(x.ledger_key)
-        error = f"{x.info.get(h.ERROR_TYPE, '?')}: {x.info.get(h.ERROR_MESSAGE, '')}"
+        error = ": ".join(x.info[k] for k in (h.ERROR_TYPE, h.ERROR_MESSAGE) if x.info.get(k))
         table.add_row(
             f"{x.partition}/{x.offset}",
             _short(x.field("key"), 24),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -60,7 +61,7 @@ def test_lag_per_partition(kafka_bootstrap: str, consumed: str, group_id: str) -
     table = invoke(kafka_bootstrap, "lag", group_id)
     assert table.exit_code == 0
     assert f"group {group_id}" in table.stdout and "total lag 6" in table.stdout
-    assert "oldest unconsumed" in table.stdout and "1h0" in table.stdout  # about an hour old
+    assert "oldest unconsumed" in table.stdout and re.search(r"\b\d+h\d\dm\b", table.stdout)  # hours old
 
     live = invoke(kafka_bootstrap, "lag", group_id, "--watch", "--interval", "0.1", "--refreshes", "2")
     assert live.exit_code == 0 and "total lag 6" in live.stdout

@@ -345,3 +345,29 @@ def test_emitted_records_are_produced_once_per_success(
     assert app.run_until(lambda: count[0] >= 200, 60)
     values = sorted(int(m.value()) for m in _read_all(kafka_bootstrap, output, 201))  # type: ignore[attr-defined]
     assert values == sorted([*range(200), 7])
+
+
+def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    from laneway import HandlerFailed
+
+    topic = make_topic(partitions=1)
+    produce_keyed(kafka_bootstrap, topic, 50, keys=5)
+    seen: list[int] = []
+    app = App("halt", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+
+    @app.handler(
+        topic, ordering="partition", on_failure="halt", retry=Retry(max_attempts=2, initial_backoff=0.01)
+    )
+    def handle(ev: Event) -> None:
+        if ev.offset == 30:
+            raise RuntimeError("cannot go on")
+        seen.append(ev.offset)
+
+    with pytest.raises(HandlerFailed) as err:
+        app.run_until(lambda: False, timeout=60)
+    assert err.value.offset == 30 and isinstance(err.value.__cause__, RuntimeError)
+    assert (app.health() or "").startswith("halted")  # /healthz answers 503 with this reason
+    assert seen == list(range(30))
+    assert committed(kafka_bootstrap, group_id, topic, 1) == {0: 30}

@@ -250,6 +250,8 @@ class App:
         """None when healthy, else the reason."""
         if self.fatal is not None:
             return f"halted: {self.fatal}"
+        if self.processor is not None and (problem := self.processor.alive()):
+            return problem
         now = time.monotonic()
         for src in self.sources:
             if not src.alive:

@@ -267,6 +267,14 @@ class Processor:
             keys = self._states.keys() if tps is None else [tp for tp in tps if tp in self._states]
             return {tp: p for tp in keys if (p := self._states[tp].tracker.position()) is not None}
 
+    def alive(self) -> str | None:
+        """None while every worker is running, else what stopped."""
+        if any(not t.is_alive() for t in self._threads) and not self._closed:
+            return "a worker thread has stopped"
+        if self._loop_thread is not None and not self._loop_thread.is_alive() and not self._closed:
+            return "the asyncio worker loop has stopped"
+        return None
+
     def gauges(self) -> dict[str, float]:
         return {
             "events_in_memory": self.events_in_memory,
@@ -549,9 +557,15 @@ class Processor:
                 if spec.timeout is None:
                     await spec.fn(ev)
                 else:
-                    await asyncio.wait_for(spec.fn(ev), spec.timeout)
-            except asyncio.CancelledError:
-                raise
+                    # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
+                    # another, whose KeyboardInterrupt/SystemExit escape the loop)
+                    async with asyncio.timeout(spec.timeout):
+                        await spec.fn(ev)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this worker is being cancelled
+                err = exc  # the handler's own CancelledError: a failure like any other
             except TimeoutError as exc:
                 metrics.stuck(ev.topic)
                 err = exc

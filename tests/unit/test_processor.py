@@ -291,3 +291,24 @@ def test_async_timeout_retries_then_dead_letters(
     assert proc.drain(10)
     [(ev, err, _, _)] = sink.sent
     assert isinstance(err, TimeoutError) and ev.attempt == 2
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+@pytest.mark.parametrize("error", [asyncio.CancelledError, KeyboardInterrupt, SystemExit])
+def test_async_handler_base_exceptions_do_not_kill_the_loop(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], error: type[BaseException], timeout: float | None
+) -> None:
+    done: list[int] = []
+
+    async def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            raise error()
+        done.append(ev.offset)
+
+    spec = HandlerSpec(topic="t", fn=handle, timeout=timeout, retry=Retry(max_attempts=1))
+    proc, sink = make(spec, concurrency=4, partitions=1)
+    proc.submit([Event("t", 0, i, b"k%d" % i, b"v") for i in range(5)])
+    assert proc.drain(10)
+    assert sorted(done) == [1, 2, 3, 4]
+    assert [type(err) for _, err, _, _ in sink.sent] == [error]
+    assert proc.alive() is None

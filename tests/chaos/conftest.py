@@ -41,7 +41,8 @@ def stream_topic(kafka_bootstrap: str, kafka_admin: AdminClient) -> Iterator[Str
         partitions: int = 6, *, bootstrap: str | None = None, config: dict[str, str] | None = None
     ) -> str:
         name = f"chaos-{uuid.uuid4().hex[:12]}"
-        create_topics(bootstrap or kafka_bootstrap, {name: partitions, f"{name}.dlq": 1}, config)
+        target = kafka_admin if bootstrap in (None, kafka_bootstrap) else bootstrap
+        create_topics(target, {name: partitions, f"{name}.dlq": 1}, config)
         made.append((bootstrap or kafka_bootstrap, [name, f"{name}.dlq"]))
         return name
 

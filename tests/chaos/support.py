@@ -43,8 +43,11 @@ def pick(short: float, long: float) -> float:
 # ---------------------------------------------------------------------------- topics
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topics(
+    admin: AdminClient | str, topics: dict[str, int], config: dict[str, str] | None = None
+) -> None:
+    if isinstance(admin, str):
+        admin = AdminClient({"bootstrap.servers": admin, "log_level": 0})
     new = [
         NewTopic(t, num_partitions=n, replication_factor=1, config=config or {}) for t, n in topics.items()
     ]

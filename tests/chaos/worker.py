@@ -1,6 +1,8 @@
 """The chaos worker, run as ``laneway run tests.chaos.worker:app`` with its settings in the
 environment: LW_BOOTSTRAP, LW_TOPIC, LW_GROUP, LW_OUT, LW_SLEEP_MS, LW_MAX_EVENTS, LW_CONCURRENCY.
 
+SIGUSR1 dumps every thread's stack into the log (for a stalled worker).
+
 Each finished event appends ``pid partition offset key value`` to LW_OUT with a single
 ``write`` on an ``O_APPEND`` descriptor, so several processes can share one file, lines never
 interleave, and the file order is the order in which events finished.
@@ -8,8 +10,12 @@ interleave, and the file order is the order in which events finished.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
+import signal
+import sys
+import threading
 import time
 
 from laneway import App, Backpressure, Event
@@ -19,6 +25,7 @@ def build(
     bootstrap: str, topic: str, group: str, out_path: str, sleep_ms: float, max_events: int, concurrency: int
 ) -> App:
     pid = os.getpid()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to the log
     app = App(
         f"chaos-{pid}",
         bootstrap_servers=bootstrap,
@@ -38,7 +45,19 @@ def build(
         value = ev.value.decode() if ev.value else "-"
         os.write(fd, f"{pid} {ev.partition} {ev.offset} {key} {value}\n".encode())
 
+    if os.environ.get("LW_DEBUG"):
+        threading.Thread(target=_report, args=(app,), daemon=True).start()
     return app
+
+
+def _report(app: App) -> None:
+    """LW_DEBUG=1: the engine's gauges and each consumer's state every two seconds."""
+    while True:
+        time.sleep(2)
+        if app.processor is None:
+            continue
+        srcs = [(sorted(p for _, p in s.assignment), s._paused, s.alive) for s in app.sources]
+        print(f"state {app.processor.gauges()} sources={srcs}", file=sys.stderr, flush=True)
 
 
 def _from_env() -> App | None:

@@ -30,8 +30,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mode", choices=["quick", "full"], default="quick")
     ap.add_argument(
         "--contenders",
-        default=",".join([*IN_VENV, QUIX]),
-        help="comma-separated, from: " + ", ".join([*IN_VENV, QUIX]) + " (default: all)",
+        help="comma-separated, from: " + ", ".join([*IN_VENV, QUIX]) + " (default: all; quick mode "
+        "leaves out laneway-key-async)",
     )
     ap.add_argument("--scenarios", help="comma-separated, from: " + ", ".join(SCENARIOS))
     ap.add_argument("--records", type=int, help="shrink every scenario to about this many records")
@@ -41,6 +41,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="results directory (default bench/results/<timestamp>)")
     ap.add_argument(
         "--write-report", action="store_true", help="refresh BENCHMARKS.md's generated part and bench/plots"
+    )
+    ap.add_argument(
+        "--report-from",
+        type=Path,
+        nargs="+",
+        help="run nothing: render the report from these results.json files (later ones add scenarios)",
     )
     return ap.parse_args(argv)
 
@@ -63,9 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     from bench.runner import Runner
 
     args = parse(argv)
+    if args.report_from:
+        merged = merge_results([json.loads(p.read_text()) for p in args.report_from])
+        out = args.out or args.report_from[-1].parent
+        write_reports(merged, out, to_repo=args.write_report)
+        return 0
     mode = MODES[args.mode]
     if args.repeats:
-        mode = dataclasses.replace(mode, repeats=args.repeats)
+        mode = dataclasses.replace(
+            mode, repeats=args.repeats, io_repeats=args.repeats, rate_repeats=args.repeats
+        )
     if args.records:
         n = args.records
         mode = dataclasses.replace(
@@ -79,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.io_concurrency:
         mode = dataclasses.replace(mode, io_concurrency=tuple(int(x) for x in args.io_concurrency.split(",")))
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    default = (
+        [*IN_VENV, QUIX] if args.mode == "full" else [c for c in [*IN_VENV, QUIX] if c != "laneway-key-async"]
+    )
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()] if args.contenders else default
     unknown = set(contenders) - {*IN_VENV, QUIX}
     if unknown:
         print(f"unknown contender(s): {sorted(unknown)}", file=sys.stderr)
@@ -132,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
         if not r.get("correct")
     ]
     return 1 if bad else 0
+
+
+def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from several runs: the first's settings; scenarios and commands added."""
+    merged = dict(parts[0])
+    merged["scenarios"] = dict(parts[0]["scenarios"])
+    for extra in parts[1:]:
+        merged["scenarios"].update(extra["scenarios"])
+        merged["command"] += f"` and `{extra['command']}"
+        merged["elapsed_s"] = merged.get("elapsed_s", 0) + extra.get("elapsed_s", 0)
+        merged["contenders"] += [c for c in extra["contenders"] if c not in merged["contenders"]]
+    return merged
 
 
 if __name__ == "__main__":

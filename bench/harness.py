@@ -26,11 +26,13 @@ FIXED_CONCURRENCY = {"raw": 1, "quix": 1, "partition-seq": 8}
 
 @dataclass(frozen=True)
 class Mode:
-    repeats: int
+    repeats: int  # no-op runs per contender
     noop_records: int
+    io_repeats: int
     io_concurrency: tuple[int, ...]
     io_seconds: float  # target length of an I/O run (records = ideal rate x this)
     io_min_records: int
+    rate_repeats: int  # latency and hot-key runs per contender
     hot_rate: float
     hot_seconds: float
     latency_seconds: float
@@ -43,28 +45,32 @@ class Mode:
 
 MODES: dict[str, Mode] = {
     "quick": Mode(
-        repeats=2,
+        repeats=1,
         noop_records=60_000,
-        io_concurrency=(16, 64, 256, 1024),
-        io_seconds=3.0,
-        io_min_records=600,
+        io_repeats=1,
+        io_concurrency=(16, 256),
+        io_seconds=2.0,
+        io_min_records=400,
+        rate_repeats=1,
         hot_rate=600,
-        hot_seconds=5.0,
-        latency_seconds=5.0,
-        backlog_depths=(50_000, 250_000),
+        hot_seconds=3.0,
+        latency_seconds=3.0,
+        backlog_depths=(30_000, 150_000),
         backlog_contenders=("raw", "laneway-key"),
     ),
     "full": Mode(
         repeats=3,
-        noop_records=500_000,
+        noop_records=200_000,
+        io_repeats=2,
         io_concurrency=(16, 64, 256, 1024),
-        io_seconds=10.0,
-        io_min_records=2_000,
+        io_seconds=6.0,
+        io_min_records=1_200,
+        rate_repeats=2,
         hot_rate=600,
-        hot_seconds=20.0,
-        latency_seconds=20.0,
+        hot_seconds=10.0,
+        latency_seconds=10.0,
         backlog_depths=(500_000, 5_000_000),
-        backlog_contenders=("raw", "laneway-key", "laneway-unordered"),
+        backlog_contenders=("raw", "laneway-key"),
     ),
 }
 
@@ -146,7 +152,7 @@ class Scenarios:
         self.log(f"I/O 5 ms: {n:,} records on {topic}, {m.keys} keys, {m.partitions} partitions")
         end = self.kafka.end_offsets(topic, m.partitions)
         runs: list[dict[str, Any]] = []
-        for rep in range(m.repeats):
+        for rep in range(m.io_repeats):
             for i in rotated([str(i) for i in range(len(plan))], rep):
                 c, conc, limit = plan[int(i)]
                 spec = self._spec(c, "io", topic, limit, sleep_s=IO_SLEEP, concurrency=conc, end_offsets=end)
@@ -168,7 +174,7 @@ class Scenarios:
         m = self.mode
         warmup = 40
         runs: list[dict[str, Any]] = []
-        for rep in range(m.repeats):
+        for rep in range(m.rate_repeats):
             for c in rotated(self.contenders, rep):
                 topic = self.kafka.topic(scenario, m.partitions)
                 total = warmup + int(rate * seconds)
@@ -185,14 +191,24 @@ class Scenarios:
                 )
                 child = self.runner.start(spec)
                 seqs = [0] * m.keys
-                self.kafka.produce_at_rate(topic, 20, warmup / 20, m.keys, measured=False, seqs=seqs)
+                producer = self.kafka.rate_producer()
+                self.kafka.produce_at_rate(
+                    producer, topic, 20, warmup / 20, m.keys, measured=False, seqs=seqs
+                )
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline and child.proc.poll() is None:
                     if sum(self.kafka.committed(spec.group, topic, m.partitions)) >= warmup:
                         break
                     time.sleep(0.2)
                 sent = self.kafka.produce_at_rate(
-                    topic, rate, seconds, m.keys, hot_fraction=hot_fraction, seqs=seqs, seed=10 + rep
+                    producer,
+                    topic,
+                    rate,
+                    seconds,
+                    m.keys,
+                    hot_fraction=hot_fraction,
+                    seqs=seqs,
+                    seed=10 + rep,
                 )
                 runs.append(
                     self.runner.finish(

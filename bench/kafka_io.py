@@ -74,8 +74,13 @@ class Kafka:
         if p.flush(120) != 0:
             raise RuntimeError(f"producing {n} records to {topic} did not finish")
 
+    def rate_producer(self) -> Producer:
+        """A producer for fixed-rate runs: reuse it across phases (its start-up is not measured)."""
+        return self._producer(linger_ms=1)
+
     def produce_at_rate(
         self,
+        p: Producer,
         topic: str,
         rate: float,
         seconds: float,
@@ -90,7 +95,6 @@ class Kafka:
 
         ``hot_fraction`` of the records go to key 0. Returns how many were produced.
         """
-        p = self._producer(linger_ms=1)
         rng = random.Random(seed)
         seqs = seqs if seqs is not None else [0] * keys
         names = [key_for(k) for k in range(keys)]

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from laneway.catalog.generator import (
     GeneratorConfig,
@@ -94,6 +95,9 @@ class _Stage:
         self.thread = threading.Thread(target=run, name=f"demo-{self.name}", daemon=True)
         self.thread.start()
         return self
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
 
     def join(self, timeout: float | None = None) -> None:
         if self.thread is not None:
@@ -218,13 +222,16 @@ def main(settings: DemoSettings | None = None) -> int:
             source=SimulatedSource(median_latency=0.002, failure_rate=0.02, seed=s.seed),
         )
         spark_stop, spark_ready = threading.Event(), threading.Event()
+        spark_registry = CollectorRegistry()
         spark_stage = _Stage("spark")
         warehouse = Path(tmp) / "warehouse"
         if spark_ok:  # Spark first: its start-up should not count against freshness
             t0 = time.monotonic()
             print("starting Spark (local[2]) and the streaming pipeline ...")
             spark_stage.start(
-                lambda: _run_spark(bootstrap, warehouse, Path(tmp) / "checkpoint", spark_ready, spark_stop)
+                lambda: _run_spark(
+                    bootstrap, warehouse, Path(tmp) / "checkpoint", spark_ready, spark_stop, spark_registry
+                )
             )
             spark_ready.wait(300)
             print(f"Spark up in {time.monotonic() - t0:.0f}s")
@@ -235,14 +242,16 @@ def main(settings: DemoSettings | None = None) -> int:
         threading.Thread(target=sampler.run, name="demo-lag", daemon=True).start()
 
         t_sync = time.monotonic()
-        caught_up = sync.run_until_caught_up(
-            timeout=900, ready=lambda: producer.thread is not None and not producer.thread.is_alive()
-        )
+        caught_up = sync.run_until_caught_up(timeout=900, ready=lambda: not producer.alive())
         sync_seconds = time.monotonic() - t_sync
         sampler.stop.set()
         final_lag = consumer_lag(bootstrap, sync.settings.group_id, CHANGES)
         sampler.samples.append((sampler.samples[-1][0] + 3 if sampler.samples else 0.0, final_lag or 0))
         producer.join()
+        if spark_ok:  # stop the stream once it has applied every snapshot: no batch is cut short
+            on_topic, deadline = _end_offsets(bootstrap, ENTITIES), time.monotonic() + 600
+            while spark_stage.alive() and _applied(spark_registry) < on_topic and time.monotonic() < deadline:
+                time.sleep(1.0)
         spark_stop.set()
         spark_stage.join()
         st, source, group = sync.stats, sync.source, sync.settings.group_id
@@ -316,11 +325,21 @@ def _spark_available() -> bool:
     return True
 
 
+def _applied(registry: CollectorRegistry) -> float:
+    """Records the Spark pipeline has applied so far (from its metrics)."""
+    return registry.get_sample_value("laneway_pipeline_records_total") or 0.0
+
+
 def _run_spark(
-    bootstrap: str, warehouse: Path, checkpoint: Path, ready: threading.Event, stop: threading.Event
+    bootstrap: str,
+    warehouse: Path,
+    checkpoint: Path,
+    ready: threading.Event,
+    stop: threading.Event,
+    registry: CollectorRegistry,
 ) -> Any:
-    """Stream ``catalog.entities`` into Delta until ``stop``, then drain it with available-now."""
-    from laneway.spark.pipeline import PipelineSettings, ensure_tables, run_pipeline
+    """Stream ``catalog.entities`` into Delta until ``stop``, then drain what is left (available-now)."""
+    from laneway.spark.pipeline import PipelineMetrics, PipelineSettings, ensure_tables, run_pipeline
     from laneway.spark.session import SessionSettings, build_session
 
     try:
@@ -330,8 +349,14 @@ def _run_spark(
         ready.set()
     where = {"bootstrap": bootstrap, "warehouse": str(warehouse), "checkpoint": str(checkpoint)}
     t0 = time.monotonic()
-    streaming = run_pipeline(PipelineSettings(**where, trigger="5s"), spark, stop_event=stop)  # type: ignore[arg-type]
-    drained = run_pipeline(PipelineSettings(**where), spark)  # type: ignore[arg-type]
+    metrics = PipelineMetrics.create(registry)
+    streaming = run_pipeline(
+        PipelineSettings(**where, trigger="5s"),  # type: ignore[arg-type]
+        spark,
+        stop_event=stop,
+        metrics=metrics,
+    )
+    drained = run_pipeline(PipelineSettings(**where), spark, metrics=metrics)  # type: ignore[arg-type]
     return spark, streaming, drained, time.monotonic() - t0
 
 
@@ -356,7 +381,7 @@ def _spark_summary(stage: _Stage, warehouse: Path, expected: dict[str, dict[str,
     try:
         entities = table_path(str(warehouse), "entities")
         edges = table_path(str(warehouse), "lineage_edges")
-        _queries(spark, entities, edges)
+        _queries(spark, str(warehouse), entities, edges)
         rows = spark.read.format("delta").load(entities).select(*_CONTRACT_FIELDS).collect()
         actual = {}
         for row in rows:
@@ -375,7 +400,7 @@ def _spark_summary(stage: _Stage, warehouse: Path, expected: dict[str, dict[str,
         spark.stop()
 
 
-def _queries(spark: Any, entities: str, edges: str) -> None:
+def _queries(spark: Any, warehouse: str, entities: str, edges: str) -> None:
     spark.read.format("delta").load(entities).createOrReplaceTempView("entities")
     spark.read.format("delta").load(edges).createOrReplaceTempView("lineage_edges")
     print("\n--- catalog queries ---")
@@ -387,21 +412,26 @@ def _queries(spark: Any, entities: str, edges: str) -> None:
     q = "SELECT entity_id, version, attributes['rows'] rows FROM entities ORDER BY version DESC LIMIT 3"
     for r in spark.sql(q).collect():
         print(f"  {r['entity_id']:<40} v{r['version']:<7} rows={r['rows']}")
-    print("search 'orders' (live tables):")
-    q = (
-        "SELECT qualified_name, owner, attributes['source.format'] fmt FROM entities WHERE NOT deleted "
-        "AND entity_type = 'table' AND name LIKE '%orders%' ORDER BY qualified_name LIMIT 5"
-    )
-    for r in spark.sql(q).collect():
-        print(f"  {r['qualified_name']:<30} owner={r['owner']} format={r['fmt']}")
+    from laneway.spark.queries import lineage, search_entities, show_entity
+
+    hottest = spark.sql(q).first()
+    if hottest is not None:
+        shown = show_entity(spark, warehouse, hottest["entity_id"], history=False)
+        if shown is not None:
+            print(f"show {shown['entity_id']}: owner={shown['owner']} tier={shown['attributes'].get('tier')}")
+            print(
+                f"  {len(shown['children'])} columns: " + ", ".join(c["name"] for c in shown["children"][:8])
+            )
+    print("search 'orders' (tables, best matches first):")
+    for r in search_entities(spark, warehouse, "orders", limit=5, entity_type="table"):
+        print(f"  {r['qualified_name']:<30} owner={r['owner']}")
     q = "SELECT source_id, count(*) n FROM lineage_edges GROUP BY source_id ORDER BY n DESC, source_id"
     top = spark.sql(q).limit(1).collect()
     if top:
-        src = top[0]["source_id"]
-        print(f"lineage: downstream of {src}:")
-        rows = spark.sql(f"SELECT target_id FROM lineage_edges WHERE source_id = '{src}' ORDER BY target_id")
-        for r in rows.collect():
-            print(f"  -> {r['target_id']}")
+        graph = lineage(spark, warehouse, top[0]["source_id"], depth=2, direction="downstream")
+        print(f"lineage: downstream of {graph['table']} (2 levels):")
+        for edge in graph["downstream"]:
+            print(f"  {'  ' * (edge['depth'] - 1)}{edge['source_id']} -> {edge['target_id']}")
     print()
 
 

@@ -14,7 +14,8 @@
 5. stop what it started.
 
 The Spark stage runs when pyspark and ``laneway.spark.pipeline`` are importable; without
-them the demo stops after the sync and checks the snapshots on Kafka instead.
+them (or with ``LANEWAY_DEMO_SPARK=0``) the demo stops after the sync and checks the
+latest snapshots on Kafka instead. Exit status 0 when the check passed.
 """
 
 from __future__ import annotations
@@ -189,8 +190,6 @@ def _ms(v: float | None) -> str:
 def main(settings: DemoSettings | None = None) -> int:
     """Run the demo; return 0 when the final state matched, 1 otherwise."""
     s = settings or DemoSettings()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("laneway.engine.processor").setLevel(logging.ERROR)  # dead letters: summarized below
     spark_ok = s.spark and _spark_available()
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="laneway-demo-") as tmp, LocalBroker.create() as broker:
@@ -436,4 +435,6 @@ def _queries(spark: Any, warehouse: str, entities: str, edges: str) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("laneway.engine.processor").setLevel(logging.ERROR)  # dead letters: summarized
     raise SystemExit(main(DemoSettings(spark=os.environ.get("LANEWAY_DEMO_SPARK", "1") != "0")))

@@ -48,7 +48,7 @@ def test_workers_survive_broker_restarts(
     bootstrap = own_broker.bootstrap
     topic = stream_topic(PARTITIONS, bootstrap=bootstrap)
     out = tmp_path / "finished.txt"
-    producer = StreamProducer(bootstrap, topic, keys=100, rate=200, backlog=1000, seed=seed).start()
+    producer = StreamProducer(bootstrap, topic, keys=100, rate=200, backlog=500, seed=seed).start()
     workers = [
         spawn_worker(
             bootstrap, topic, group_id, out, tmp_path / "workers.log", sleep_ms=10, max_events=MAX_EVENTS
@@ -60,10 +60,10 @@ def test_workers_survive_broker_restarts(
 
     outages: list[str] = []
     for r in range(RESTARTS):
-        time.sleep(rng.uniform(1.0, 3.0))
+        time.sleep(rng.uniform(0.5, 2.0))
         hard = r % 2 == 0
         _stop(own_broker, hard)
-        down = rng.uniform(3.0, 15.0) if r else 8.0  # the first outage outlives the 6 s session timeout
+        down = rng.uniform(3.0, 15.0) if r else 7.0  # the first outage outlives the 6 s session timeout
         time.sleep(down)
         own_broker.start()
         before = len(read_lines(out))

@@ -27,7 +27,7 @@ from tests.chaos.support import (
     wait_for,
 )
 
-KILLS = int(pick(3, 20))
+KILLS = int(pick(2, 20))
 MAX_EVENTS = 500
 PARTITIONS = 6
 

@@ -27,7 +27,7 @@ from tests.chaos.support import (
     wait_for,
 )
 
-STORM_SECONDS = pick(20, 150)
+STORM_SECONDS = pick(12, 150)
 MAX_EVENTS = 500
 MAX_WORKERS = 3
 PARTITIONS = 8

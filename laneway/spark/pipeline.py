@@ -122,10 +122,8 @@ class PipelineSettings:
             errors.append(f"max_offsets_per_trigger: must be >= 1, got {self.max_offsets_per_trigger}")
         if self.compact_every < 0:
             errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
-        if self.starting_offsets.strip() not in (
-            "earliest",
-            "latest",
-        ) and not self.starting_offsets.lstrip().startswith("{"):
+        offsets = self.starting_offsets.strip()
+        if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
             errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
         if errors:
             raise ValueError("invalid PipelineSettings: " + "; ".join(errors))

@@ -1,0 +1,135 @@
+"""The pipeline on a real broker and real Spark: backfill, replay, quarantine, crash and restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from laneway.spark import schema
+from laneway.spark.pipeline import PipelineSettings, run_pipeline
+from tests.spark.conftest import (
+    TEST_JVM_OPTIONS,
+    Landed,
+    delete_topic,
+    entity_state,
+    expected_state,
+    history_keys,
+    new_topic,
+    read_table,
+)
+from tests.spark.entities import MALFORMED, catalog_stream, expected_lineage, produce
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def _lineage(spark: Any, warehouse: str) -> dict[str, tuple[str, str]]:
+    return {
+        r["edge_id"]: (r["source_id"], r["target_id"]) for r in read_table(spark, warehouse, "lineage_edges")
+    }
+
+
+def test_backfill_lands_the_final_state(spark: Any, landed: Landed) -> None:
+    records = landed.topic.records
+    assert entity_state(spark, landed.warehouse) == expected_state(records)
+    keys = history_keys(spark, landed.warehouse)
+    assert sorted(keys) == sorted({(r["entity_id"], r["version"]) for r in records})  # each version once
+    assert _lineage(spark, landed.warehouse) == expected_lineage(records)
+
+    result = landed.result
+    assert len(result.batches) >= 2  # max_offsets_per_trigger split the backlog
+    assert result.records == len(records)
+    assert result.quarantined == len(MALFORMED)
+    assert result.freshness_p50_s is not None and result.freshness_p99_s is not None
+    assert 0 < result.freshness_p50_s <= result.freshness_p99_s
+
+
+def test_malformed_records_are_quarantined(spark: Any, landed: Landed) -> None:
+    rows = read_table(spark, landed.warehouse, schema.QUARANTINE)
+    by_key = {r["key"]: r for r in rows}
+    assert len(rows) == len(MALFORMED) == len(by_key)
+    assert set(by_key) == {k.decode() for k, _ in MALFORMED if k is not None}
+    assert by_key["table:bad.one"]["value"] == "not json{"
+    assert by_key["table:bad.one"]["reason"].startswith("malformed JSON")
+    assert by_key["table:bad.two"]["reason"] == "missing op"
+    assert by_key["table:bad.three"]["reason"].startswith("malformed JSON")  # version "seven"
+    assert by_key["view:bad.four"]["reason"] == "unknown entity_type view"
+    assert by_key["table:bad.five"]["value"] is None and by_key["table:bad.five"]["reason"] == "no value"
+    assert all(r["topic"] == landed.topic.topic and r["kafka_offset"] >= 0 for r in rows)
+
+
+def test_replay_of_the_whole_topic_changes_nothing(spark: Any, landed: Landed, kafka_bootstrap: str) -> None:
+    before = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
+    settings = PipelineSettings(
+        bootstrap=kafka_bootstrap,
+        topic=landed.topic.topic,
+        warehouse=landed.warehouse,
+        checkpoint=landed.checkpoint + "-replay",  # a fresh checkpoint: from the earliest offsets again
+        compact_every=0,
+    )
+    result = run_pipeline(settings, spark)
+    assert result.records == len(landed.topic.records) and result.quarantined == len(MALFORMED)
+    after = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
+    for table in schema.TABLES:
+        assert after[table] == before[table], table
+
+
+def _commits(checkpoint: Path) -> int:
+    folder = checkpoint / "commits"
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
+
+
+@pytest.mark.timeout(1200)
+def test_killed_mid_stream_then_restarted(
+    spark: Any, kafka_bootstrap: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_admin)
+    try:
+        records = catalog_stream(seed=11)
+        produce(kafka_bootstrap, topic, records, MALFORMED[:2])
+        warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
+        log = (tmp_path / "pipeline.log").open("w")
+        args = [
+            *(sys.executable, "-m", "laneway.ops.cli", "pipeline", "run", "--master", "local[1]"),
+            *("--bootstrap", kafka_bootstrap, "--topic", topic, "--warehouse", str(warehouse)),
+            *("--checkpoint", str(checkpoint), "--trigger", "500ms", "--max-offsets-per-trigger", "10"),
+            *("--compact-every", "0", "--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}"),
+        ]
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 900  # a guard against hanging, not a timed assert
+            while _commits(checkpoint) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
+            assert _commits(checkpoint) >= 2, "the pipeline committed fewer than 2 batches in 900 s"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the python driver and its JVM, mid-stream
+            proc.wait()
+            log.close()
+        landed_before = len(history_keys(spark, warehouse))
+        distinct = {(r["entity_id"], r["version"]) for r in records}
+        assert 0 < landed_before < len(distinct)  # it really was killed mid-stream
+
+        settings = PipelineSettings(
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            warehouse=str(warehouse),
+            checkpoint=str(checkpoint),
+            compact_every=0,
+        )
+        result = run_pipeline(settings, spark)
+        assert result.batches  # it resumed where the checkpoint said
+        assert entity_state(spark, warehouse) == expected_state(records)
+        keys = history_keys(spark, warehouse)
+        assert len(keys) == len(set(keys)) and set(keys) == distinct
+        assert _lineage(spark, str(warehouse)) == expected_lineage(records)
+        assert len(read_table(spark, warehouse, schema.QUARANTINE)) == 2
+    finally:
+        delete_topic(kafka_admin, topic)

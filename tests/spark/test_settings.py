@@ -1,0 +1,86 @@
+"""Settings, jar selection and freshness arithmetic: no Spark, no broker."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from laneway.spark import pipeline, schema
+from laneway.spark.pipeline import AVAILABLE_NOW, PipelineSettings
+from laneway.spark.session import SessionSettings, extra_jars
+
+
+def _settings(**kw: object) -> PipelineSettings:
+    base: dict[str, object] = {"bootstrap": "b:9092", "warehouse": "/w", "checkpoint": "/c"}
+    return PipelineSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_defaults_and_pickling() -> None:
+    s = _settings()
+    assert s.topic == "catalog.entities" and s.trigger == AVAILABLE_NOW and s.trigger_interval_ms is None
+    assert pickle.loads(pickle.dumps(s)) == s
+    session = SessionSettings(master="local[2]", conf={"spark.x": "1"})
+    assert pickle.loads(pickle.dumps(session)) == session
+
+
+@pytest.mark.parametrize(
+    ("trigger", "ms"),
+    [
+        ("10s", 10_000),
+        ("500ms", 500),
+        ("500 milliseconds", 500),
+        ("2 minutes", 120_000),
+        ("1.5 seconds", 1500),
+    ],
+)
+def test_processing_time_triggers(trigger: str, ms: int) -> None:
+    assert _settings(trigger=trigger).trigger_interval_ms == ms
+
+
+def test_bad_settings_name_every_bad_field() -> None:
+    with pytest.raises(ValueError) as err:
+        _settings(
+            bootstrap=" ",
+            trigger="soon",
+            max_offsets_per_trigger=0,
+            compact_every=-1,
+            starting_offsets="yesterday",
+        )
+    message = str(err.value)
+    for name in ("bootstrap", "trigger", "max_offsets_per_trigger", "compact_every", "starting_offsets"):
+        assert f"{name}:" in message
+
+
+def test_extra_jars_skip_what_pyspark_ships(tmp_path: Path) -> None:
+    libs, shipped = tmp_path / "libs", tmp_path / "shipped"
+    libs.mkdir()
+    shipped.mkdir()
+    for name in ("kafka-clients-3.9.0.jar", "scala-library-2.13.13.jar", "delta-spark_2.13-4.0.0.jar"):
+        (libs / name).touch()
+    (shipped / "scala-library-2.13.16.jar").touch()
+    assert [p.name for p in extra_jars(libs, shipped=shipped)] == [
+        "delta-spark_2.13-4.0.0.jar",
+        "kafka-clients-3.9.0.jar",
+    ]
+
+
+def test_session_conf_has_delta_and_small_defaults() -> None:
+    conf = SessionSettings(conf={"spark.sql.shuffle.partitions": "8"}).spark_conf([Path("/x/a.jar")])
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.ui.enabled"] == "false" and conf["spark.jars"] == "/x/a.jar"
+    assert conf["spark.sql.shuffle.partitions"] == "8"  # conf wins
+
+
+def test_weighted_quantile() -> None:
+    points = [(float(v), 1.0) for v in range(1, 101)]
+    assert pipeline._weighted_quantile(points, 0.5) == 50.0
+    assert pipeline._weighted_quantile(points, 0.99) == 99.0
+    assert pipeline._weighted_quantile([], 0.5) is None
+
+
+def test_table_paths() -> None:
+    assert schema.table_path("/w/", schema.ENTITIES) == "/w/entities"
+    assert "version BIGINT" in schema.record_schema()

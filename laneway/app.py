@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -176,7 +176,20 @@ class App:
         """Fail fast, naming the field: no handlers, no broker, missing topics."""
         if not self.handlers:
             raise ConfigError("handlers", "register at least one handler before running the app")
-        admin = AdminClient({**self._client_config(), "socket.connection.setup.timeout.ms": 3000})
+        quiet = logging.getLogger("laneway.app.check")
+        quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
+        try:
+            admin = AdminClient(
+                {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}, logger=quiet
+            )
+            # librdkafka validates consumer and producer properties only when such a client is built
+            probe = {**self._client_config(), "group.id": self.settings.group_id}
+            Consumer(probe, logger=quiet).close()
+            Producer(self._client_config(), logger=quiet)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            text = err.str() if hasattr(err, "str") else str(err)
+            raise ConfigError("kafka_config", text) from None
         try:
             md = admin.list_topics(timeout=self.settings.startup_timeout)
         except KafkaException as exc:

@@ -31,6 +31,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
 from laneway.engine.events import Event, Output, TopicPartition
@@ -121,6 +122,14 @@ class Processor:
             )
             self._loop_thread.start()
             started.wait()
+        # sync attempts under a timeout, by worker thread: [started, event, timeout, reported]
+        self._watched: dict[int, list[Any]] = {}
+        timeouts = [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
+        if timeouts:
+            tick = max(0.05, min(timeouts) / 4)
+            threading.Thread(
+                target=self._watchdog, args=(tick,), name="laneway-watchdog", daemon=True
+            ).start()
         for t in self._threads:
             t.start()
         self._metrics.observe_engine(self.gauges)
@@ -491,6 +500,9 @@ class Processor:
             err: BaseException | None = None
             if ev.outputs is not None:
                 ev.outputs = None  # what a failed attempt emitted is discarded
+            watch = None
+            if spec.timeout is not None:
+                watch = self._watched[threading.get_ident()] = [t0, ev, spec.timeout, False]
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)
@@ -499,11 +511,17 @@ class Processor:
                 err = exc
             else:
                 metrics.processed(ev.topic, perf() - t0)
-            if spec.timeout is not None and perf() - t0 > spec.timeout:
-                metrics.stuck(ev.topic)
-                logger.warning(
-                    "handler for %s ran %.2fs, past its %.2fs timeout", ev.topic, perf() - t0, spec.timeout
-                )
+            if watch is not None:
+                self._watched.pop(threading.get_ident(), None)
+                if not watch[3] and perf() - t0 > watch[2]:
+                    metrics.stuck(ev.topic)
+                    logger.warning(
+                        "handler for %s ran %.2fs on %r, past its %.2fs timeout",
+                        ev.topic,
+                        perf() - t0,
+                        ev,
+                        watch[2],
+                    )
             try:
                 if err is None and spec.delay is None:
                     # fast path: keep running this lane while no other lane waits for a worker
@@ -516,6 +534,26 @@ class Processor:
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 self._halt(exc)
             lane = None
+
+    def _watchdog(self, tick: float) -> None:
+        """Report plain handlers running past their timeout while they run (a thread cannot be
+        interrupted: the attempt goes on, and its outcome decides as usual)."""
+        perf = time.perf_counter
+        while not self._closed:
+            time.sleep(tick)
+            now = perf()
+            for watch in list(self._watched.values()):
+                t0, ev, timeout, reported = watch
+                if not reported and now - t0 > timeout:
+                    watch[3] = True
+                    self._metrics.stuck(ev.topic)
+                    logger.warning(
+                        "handler for %s has run %.1fs on %r, past its %.2fs timeout (still running)",
+                        ev.topic,
+                        now - t0,
+                        ev,
+                        timeout,
+                    )
 
     def _run_loop(self, started: threading.Event) -> None:
         loop = asyncio.new_event_loop()

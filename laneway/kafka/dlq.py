@@ -54,7 +54,7 @@ class KafkaDeadLetters:
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
         conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config}
-        self._producer = Producer(conf)
+        self._producer = Producer(conf, logger=logging.getLogger("laneway.kafka.dlq"))
         self._timeout = timeout
         self._lock = threading.Lock()
 

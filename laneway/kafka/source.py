@@ -14,6 +14,7 @@ default, manual commits) and runs the loop:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,7 +95,10 @@ class KafkaSource:
             "partition.assignment.strategy": "cooperative-sticky",
             **config,
         }
-        self._consumer = Consumer(conf)
+        self._consumer = Consumer(conf, logger=logging.getLogger("laneway.kafka.consumer"))
+        self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
+            str(conf.get("group.protocol", "classic")) == "consumer"
+        )
         # emitted records: produced before the offsets that cover them are committed
         self._exactly_once = exactly_once
         pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
@@ -105,7 +109,11 @@ class KafkaSource:
                 transactional_id or f"laneway-{conf.get('group.id')}-{uuid.uuid4().hex[:12]}"
             )
             pconf.setdefault("transaction.timeout.ms", 10_000)
-        self._producer: Producer | None = Producer(pconf) if producer_config is not None else None
+        self._producer: Producer | None = (
+            Producer(pconf, logger=logging.getLogger("laneway.kafka.producer"))
+            if producer_config is not None
+            else None
+        )
         self._produce_error: KafkaError | None = None
         self._topics = topics
         self._processor = processor
@@ -354,13 +362,24 @@ class KafkaSource:
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))
         logger.info("assigned %s", sorted(tps))
-        if self._paused and parts:
-            # newly assigned partitions start fetching; pause them too while over the cap
+        if not parts:
+            return
+        # Assign explicitly, then set the pause state: librdkafka keeps a partition's pause flag
+        # across a revoke and a later re-assignment to the same consumer, so a partition paused by
+        # backpressure, revoked and given back would otherwise never be fetched again.
+        if self._incremental:
             consumer.incremental_assign(parts)
+        else:
+            consumer.assign(parts)
+        if self._paused:
             consumer.pause(parts)
+        else:
+            consumer.resume(parts)
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
+        with contextlib.suppress(KafkaException):
+            consumer.resume(parts)  # leave no pause flag behind on partitions we give away
         positions = self._processor.revoke(tps, self._revoke_timeout)
         self._commit(positions, asynchronous=False)
         self._assigned.difference_update(tps)

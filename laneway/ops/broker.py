@@ -209,7 +209,9 @@ class LocalBroker:
         )
         (self.data_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
         if not (log_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # kafka-storage would read a leading "-" as an option
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
                 self._command(libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
                 capture_output=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 from typing import Annotated
 
@@ -48,6 +49,14 @@ def register(app: typer.Typer) -> None:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             obj = load_app(target)
+        except LanewayError as exc:  # a ConfigError while the module builds its app
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+        except TypeError as exc:  # e.g. App(..., concurency=4): an unknown option
+            match = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+            message = f"{match.group(1)}: unknown option" if match else str(exc)
+            typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
         except (ValueError, ImportError) as exc:
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None

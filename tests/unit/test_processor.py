@@ -312,3 +312,25 @@ def test_async_handler_base_exceptions_do_not_kill_the_loop(
     assert sorted(done) == [1, 2, 3, 4]
     assert [type(err) for _, err, _, _ in sink.sent] == [error]
     assert proc.alive() is None
+
+
+def test_a_hung_plain_handler_is_reported_while_it_hangs(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+    done: list[int] = []
+
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            release.wait(10)
+        done.append(ev.offset)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle, timeout=0.2), concurrency=4, partitions=1)
+    with caplog.at_level("WARNING", logger="laneway.engine.processor"):
+        proc.submit([Event("t", 0, i, b"k%d" % i, b"v") for i in range(10)])
+        wait_for(lambda: "still running" in caplog.text, 5)
+    assert sorted(done) == list(range(1, 10))  # the other keys kept flowing
+    assert proc.final_positions() == {("t", 0): 0}  # and the commit waits for the hung one
+    release.set()
+    assert proc.drain(5)
+    assert caplog.text.count("past its 0.20s timeout") == 1  # reported once, not again on return

@@ -54,11 +54,14 @@ class KafkaDeadLetters:
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
         conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config}
-        self._producer = Producer(conf, logger=logging.getLogger("laneway.kafka.dlq"))
+        self._producer: Producer | None = Producer(conf, logger=logging.getLogger("laneway.kafka.dlq"))
         self._timeout = timeout
         self._lock = threading.Lock()
 
     def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
+        producer = self._producer
+        if producer is None:
+            raise DeadLetterError("the dead-letter producer is closed")
         done = threading.Event()
         outcome: list[KafkaError | None] = []
 
@@ -68,7 +71,7 @@ class KafkaDeadLetters:
 
         with self._lock:
             try:
-                self._producer.produce(
+                producer.produce(
                     topic,
                     key=event.key,
                     value=event.value,
@@ -79,7 +82,7 @@ class KafkaDeadLetters:
                 raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
         remaining = self._timeout
         while not done.is_set() and remaining > 0:
-            self._producer.poll(0.1)
+            producer.poll(0.1)
             remaining -= 0.1
         if not done.is_set():
             raise DeadLetterError(f"no acknowledgement from {topic} within {self._timeout:.0f}s")
@@ -87,4 +90,6 @@ class KafkaDeadLetters:
             raise DeadLetterError(f"{topic} refused the dead letter: {outcome[0]}")
 
     def close(self) -> None:
-        self._producer.flush(self._timeout)
+        if self._producer is not None:
+            self._producer.flush(self._timeout)
+            self._producer = None  # release librdkafka's threads now

@@ -412,3 +412,4 @@ class KafkaSource:
             logger.exception("closing the consumer failed")
         if self._producer is not None:
             self._producer.flush(10)
+            self._producer = None  # release librdkafka's threads (and their logging) now

@@ -272,6 +272,7 @@ class _BatchWriter:
             ).alias("q"),
         ).first()
         assert stats is not None  # a global aggregate always has one row
+        phases = {"read": time.monotonic() - started}
         records, quarantined = int(stats["records"]), int(stats["quarantined"])
         spark = parsed.sparkSession
         landed_at = F.lit(datetime.now(UTC)).cast("timestamp")
@@ -280,13 +281,20 @@ class _BatchWriter:
                 "r.*", "kafka_partition", "kafka_offset", landed_at.alias("landed_at")
             )
             valid = valid.drop("_corrupt_record")
+            mark = time.monotonic()
             _merge_history(spark, self.paths[schema.ENTITY_HISTORY], valid)
+            phases["history"], mark = time.monotonic() - mark, time.monotonic()
             latest = _merge_entities(spark, self.paths[schema.ENTITIES], valid)
+            phases["entities"], mark = time.monotonic() - mark, time.monotonic()
             if stats["lineage"]:
                 _merge_lineage(spark, self.paths, latest)
+                phases["lineage"] = time.monotonic() - mark
         if quarantined:
             logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
+            mark = time.monotonic()
             _merge_quarantine(spark, self.paths[schema.QUARANTINE], parsed)
+            phases["quarantine"] = time.monotonic() - mark
+        logger.debug("batch %d phases: %s", batch_id, ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
         committed_ms = time.time() * 1000
         quantiles = [float(v) for v in (stats["q"] or []) if v is not None]
         points: list[tuple[float, float]] = []

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import CollectorRegistry
 
 from laneway.spark import schema
-from laneway.spark.pipeline import PipelineResult, PipelineSettings, run_pipeline
+from laneway.spark.pipeline import PipelineMetrics, PipelineResult, PipelineSettings, run_pipeline
 from laneway.spark.session import SessionSettings, build_session
 from tests.spark.entities import MALFORMED, Record, catalog_stream, produce
 
@@ -45,6 +46,7 @@ class Landed:
     warehouse: str
     checkpoint: str
     result: PipelineResult
+    registry: CollectorRegistry
 
 
 def new_topic(admin: AdminClient, partitions: int = 3) -> str:
@@ -83,8 +85,9 @@ def landed(
         max_offsets_per_trigger=50,
         compact_every=2,
     )
-    result = run_pipeline(settings, spark)
-    return Landed(catalog_topic, settings.warehouse, settings.checkpoint, result)
+    registry = CollectorRegistry()
+    result = run_pipeline(settings, spark, metrics=PipelineMetrics.create(registry))
+    return Landed(catalog_topic, settings.warehouse, settings.checkpoint, result, registry)
 
 
 def read_table(spark: Any, warehouse: str | Path, table: schema.TableName) -> list[dict[str, Any]]:

@@ -50,6 +50,16 @@ def test_backfill_lands_the_final_state(spark: Any, landed: Landed) -> None:
     assert result.freshness_p50_s is not None and result.freshness_p99_s is not None
     assert 0 < result.freshness_p50_s <= result.freshness_p99_s
 
+    sample = landed.registry.get_sample_value
+    assert sample("laneway_pipeline_batches_total") == len(result.batches)
+    assert sample("laneway_pipeline_records_total") == len(records)
+    assert sample("laneway_pipeline_quarantined_total") == len(MALFORMED)
+    last = [b for b in result.batches if b.freshness_p99_s is not None][-1]
+    assert sample("laneway_pipeline_freshness_seconds", {"quantile": "0.99"}) == last.freshness_p99_s
+    assert sample("laneway_pipeline_batch_freshness_p99_seconds_count") == sum(
+        1 for b in result.batches if b.freshness_p99_s is not None
+    )
+
 
 def test_malformed_records_are_quarantined(spark: Any, landed: Landed) -> None:
     rows = read_table(spark, landed.warehouse, schema.QUARANTINE)

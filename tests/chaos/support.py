@@ -16,6 +16,7 @@ one, is not.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -159,8 +160,8 @@ class StreamProducer:
                 "acks": "all",
                 "linger.ms": 5,
                 "message.timeout.ms": 300_000,
-                "log_level": 3,
-            }
+            },
+            logger=logging.getLogger("tests.chaos.producer"),  # broker outages: logged, not on stderr
         )
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -80,10 +80,18 @@ def test_workers_survive_broker_restarts(
     try:
         settle = wait_for(lambda: committed(bootstrap, group_id, topic, PARTITIONS) == ends, 120, "lag zero")
     except AssertionError:
-        for w in workers:
+        for w in workers:  # every thread's stack into workers.log
             w.send_signal(signal.SIGUSR1)
         time.sleep(1)
-        raise
+        got = committed(bootstrap, group_id, topic, PARTITIONS)
+        done = read_lines(out)
+        last = {
+            p: max((ln.offset for ln in done if ln.partition == p), default=-1) for p in range(PARTITIONS)
+        }
+        raise AssertionError(
+            f"no lag zero 120 s after the stream ended: committed {got}, end offsets {ends}, "
+            f"highest offset finished per partition {last}"
+        ) from None
     assert [w.poll() for w in workers] == [None, None]  # the same processes, never restarted
     assert [terminate(w) for w in workers] == [0, 0]
 

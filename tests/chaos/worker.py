@@ -47,7 +47,27 @@ def build(
 
     if os.environ.get("LW_DEBUG"):
         threading.Thread(target=_report, args=(app,), daemon=True).start()
+        _log_commit_results()
     return app
+
+
+def _log_commit_results() -> None:
+    """LW_DEBUG=1: log the outcome of every commit that failed (async commit errors are otherwise
+    silent), by giving the consumers an ``on_commit`` callback (an AdminClient would reject it
+    in ``kafka_config``)."""
+    import laneway.kafka.source as source
+
+    original = source.Consumer
+
+    def on_commit(err: object, parts: list[object]) -> None:
+        failed = [(p.partition, p.offset, str(p.error)) for p in parts if p.error is not None]  # type: ignore[attr-defined]
+        if err is not None or failed:
+            print(f"commit failed: {err} {failed}", file=sys.stderr, flush=True)
+
+    def consumer(conf: dict[str, object], **kw: object) -> object:
+        return original({**conf, "on_commit": on_commit}, **kw)
+
+    source.Consumer = consumer  # type: ignore[assignment,misc]
 
 
 def _report(app: App) -> None:
@@ -57,7 +77,12 @@ def _report(app: App) -> None:
         if app.processor is None:
             continue
         srcs = [(sorted(p for _, p in s.assignment), s._paused, s.alive) for s in app.sources]
-        print(f"state {app.processor.gauges()} sources={srcs}", file=sys.stderr, flush=True)
+        positions = {p: o for (_, p), o in app.processor.final_positions().items()}
+        print(
+            f"state {app.processor.gauges()} sources={srcs} positions={positions}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _from_env() -> App | None:

@@ -281,10 +281,20 @@ def spawn_worker(
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 60) -> int:
-    """SIGTERM and wait for the exit code."""
+    """SIGTERM and wait for the exit code; a worker that does not exit in time has every
+    thread's stack dumped into its log (SIGUSR1) before the test fails."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-    return proc.wait(timeout)
+    return wait_exit(proc, timeout)
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        raise AssertionError(f"worker {proc.pid} did not exit within {timeout:.0f}s of SIGTERM") from None
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:

@@ -24,6 +24,7 @@ from tests.chaos.support import (
     read_lines,
     spawn_worker,
     terminate,
+    wait_exit,
     wait_for,
 )
 
@@ -89,9 +90,13 @@ def test_workers_joining_and_leaving_lose_nothing_and_nobody_stalls(
         time.sleep(1)
         got = committed(kafka_bootstrap, group_id, topic, PARTITIONS)
         raise AssertionError(f"a worker stalled: committed {got}, end offsets {ends}") from None
-    left_codes = [w.wait(60) for w in leaving]
+    left_codes = [wait_exit(w, 60) for w in leaving]
     final_codes = [terminate(w) for w in members]
-    assert left_codes == [0] * len(leaving), "a worker leaving during the storm did not exit cleanly"
+    log = (tmp_path / "workers.log").read_text(errors="replace")
+    for w, code in zip(leaving, left_codes, strict=True):
+        # SIGTERM while still importing (before the app started and joined) kills at once: nothing to drain
+        early = code == -signal.SIGTERM and f"chaos-{w.pid} started" not in log
+        assert code == 0 or early, f"worker {w.pid} leaving during the storm exited with {code}"
     assert final_codes == [0] * len(members)
 
     lines = read_lines(out)

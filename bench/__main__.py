@@ -37,6 +37,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--records", type=int, help="shrink every scenario to about this many records")
     ap.add_argument("--repeats", type=int, help="override the mode's repeat count")
     ap.add_argument("--io-concurrency", help="comma-separated concurrency levels for the I/O scenario")
+    ap.add_argument("--latency-rates", help="comma-separated records/s for the latency scenario")
+    ap.add_argument("--max-events", type=int, help="in-memory cap for every contender (default 10,000)")
     ap.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
     ap.add_argument("--out", type=Path, help="results directory (default bench/results/<timestamp>)")
     ap.add_argument(
@@ -90,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             latency_seconds=2.0,
             backlog_depths=(n, 2 * n),
         )
+    if args.latency_rates:
+        mode = dataclasses.replace(mode, latency_rates=tuple(float(x) for x in args.latency_rates.split(",")))
+    if args.max_events:
+        mode = dataclasses.replace(mode, max_events=args.max_events)
     if args.io_concurrency:
         mode = dataclasses.replace(mode, io_concurrency=tuple(int(x) for x in args.io_concurrency.split(",")))
     default = (
@@ -155,7 +161,12 @@ def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
     merged = dict(parts[0])
     merged["scenarios"] = dict(parts[0]["scenarios"])
     for extra in parts[1:]:
-        merged["scenarios"].update(extra["scenarios"])
+        for name, sc in extra["scenarios"].items():
+            old = merged["scenarios"].get(name)
+            if isinstance(old, dict) and "runs" in old and "runs" in sc and name == "latency":
+                merged["scenarios"][name] = {**old, "runs": old["runs"] + sc["runs"]}  # more rates
+            else:
+                merged["scenarios"][name] = sc
         merged["command"] += f"` and `{extra['command']}"
         merged["elapsed_s"] = merged.get("elapsed_s", 0) + extra.get("elapsed_s", 0)
         merged["contenders"] += [c for c in extra["contenders"] if c not in merged["contenders"]]

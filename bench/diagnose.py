@@ -11,6 +11,7 @@ is approximated by constructing ``Event`` objects). Figures are medians of ``--r
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
@@ -38,14 +39,25 @@ def _events(n: int, keys: int, partitions: int) -> list[Event]:
 
 
 def run_engine(
-    *, n: int, concurrency: int, ordering: str, is_async: bool, prometheus: bool, keys: int = 10_000
+    *,
+    n: int,
+    concurrency: int,
+    ordering: str,
+    is_async: bool,
+    prometheus: bool,
+    keys: int = 10_000,
+    sleep_s: float = 0.0,
 ) -> dict[str, Any]:
     done = [0]
 
     def fn(ev: Event) -> None:
+        if sleep_s:
+            time.sleep(sleep_s)
         done[0] += 1
 
     async def afn(ev: Event) -> None:
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
         done[0] += 1
 
     spec = HandlerSpec(topic=TOPIC, fn=afn if is_async else fn, ordering=ordering)  # type: ignore[arg-type]
@@ -82,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--sleep-ms", type=float, default=0.0, help="the handler sleeps this long (I/O)")
     args = ap.parse_args(argv)
     variants = [("key", False, True, c) for c in (1, 4, 16, 64, 256, 1024)] + [
         ("key", False, False, 256),
@@ -89,11 +102,20 @@ def main(argv: list[str] | None = None) -> int:
         ("key", True, True, 256),
         ("key", True, True, 16),
     ]
+    if args.sleep_ms:
+        variants = [("key", False, True, c) for c in (16, 64, 256, 1024)] + [
+            ("key", True, True, c) for c in (16, 64, 256, 1024)
+        ]
     rows = []
     for ordering, is_async, prom, conc in variants:
         runs = [
             run_engine(
-                n=args.records, concurrency=conc, ordering=ordering, is_async=is_async, prometheus=prom
+                n=args.records,
+                concurrency=conc,
+                ordering=ordering,
+                is_async=is_async,
+                prometheus=prom,
+                sleep_s=args.sleep_ms / 1000,
             )
             for _ in range(args.repeats)
         ]
@@ -102,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             "handler": "async" if is_async else "thread",
             "metrics": "prometheus" if prom else "noop",
             "concurrency": conc,
+            "sleep_ms": args.sleep_ms,
             "rate": statistics.median(r["rate"] for r in runs),
             "cpu_us_per_event": statistics.median(r["cpu_us_per_event"] for r in runs),
         }

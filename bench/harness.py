@@ -38,6 +38,7 @@ class Mode:
     latency_seconds: float
     backlog_depths: tuple[int, ...]
     backlog_contenders: tuple[str, ...]
+    latency_rates: tuple[float, ...] = ()  # empty: half of Laneway key mode's no-op rate
     partitions: int = 8
     keys: int = 10_000
     max_events: int = 10_000
@@ -215,7 +216,12 @@ class Scenarios:
                         child,
                         full_topic=True,
                         may_fall_behind=True,
-                        extra={"repeat": rep, "rate_target": rate, "sent": sent + warmup},
+                        extra={
+                            "repeat": rep,
+                            "rate_target": rate,
+                            "rate_produced": self.kafka.last_rate,
+                            "sent": sent + warmup,
+                        },
                     )
                 )
         return {
@@ -227,10 +233,20 @@ class Scenarios:
         }
 
     def latency(self) -> dict[str, Any]:
-        base = self.noop_rate.get("laneway-key") or 10_000.0
-        rate = round(base / 2, -2)
-        self.log(f"latency: no-op handler at {rate:,.0f} rec/s (half of Laneway key mode's no-op rate)")
-        return self._fixed_rate("latency", rate, self.mode.latency_seconds, 0.0, 0.0)
+        rates = self.mode.latency_rates
+        if not rates:
+            base = self.noop_rate.get("laneway-key") or 10_000.0
+            rates = (round(base / 2, -2),)
+            self.log(
+                f"latency: no-op handler at {rates[0]:,.0f} rec/s (half of Laneway key mode's no-op rate)"
+            )
+        out: dict[str, Any] = {"runs": []}
+        for rate in rates:
+            self.log(f"latency: no-op handler at {rate:,.0f} rec/s")
+            res = self._fixed_rate("latency", rate, self.mode.latency_seconds, 0.0, 0.0)
+            out["runs"] += res["runs"]
+            out.update({k: v for k, v in res.items() if k != "runs"})
+        return out
 
     def hot_key(self) -> dict[str, Any]:
         m = self.mode

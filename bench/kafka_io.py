@@ -24,6 +24,7 @@ class Kafka:
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.created: list[str] = []
+        self.last_rate = 0.0
 
     def topic(self, prefix: str, partitions: int) -> str:
         name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
@@ -111,6 +112,7 @@ class Kafka:
                 sent += 1
             p.poll(0)
             time.sleep(0.0005)
+        self.last_rate = sent / max(1e-9, time.perf_counter() - t0)  # what the producer achieved
         if p.flush(60) != 0:
             raise RuntimeError(f"producing to {topic} did not finish")
         return sent

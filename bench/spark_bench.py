@@ -33,9 +33,9 @@ from typing import Any
 __all__ = ["run_spark"]
 
 #: records, entities, maxOffsetsPerTrigger, repeats (Spark on 2 shared cores is slow: sized to finish)
-SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (60_000, 6_000, 30_000, 1)}
+SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (30_000, 3_000, 15_000, 1)}
 #: the live phase: records/s produced while each pipeline runs on a processing-time trigger, seconds
-LIVE = {"quick": (10.0, 20.0), "full": (20.0, 60.0)}
+LIVE = {"quick": (10.0, 20.0), "full": (20.0, 45.0)}
 LIVE_TRIGGER = "2 seconds"
 ENTITY_TYPES = ("database", "table", "column", "owner", "lineage")
 

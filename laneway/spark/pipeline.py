@@ -387,19 +387,11 @@ def _parse(df: DataFrame) -> DataFrame:
     )
 
 
-def _first_by(df: DataFrame, keys: list[str], *order: Any) -> DataFrame:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    window = Window.partitionBy(*keys).orderBy(*order)
-    return df.withColumn("_rank", F.row_number().over(window)).where("_rank = 1").drop("_rank")
-
-
 def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
     from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
-    source = _first_by(valid, ["entity_id", "version"], F.col("kafka_partition"), F.col("kafka_offset"))
+    # one row per (entity_id, version): duplicates carry the same version of the same entity
+    source = valid.dropDuplicates(["entity_id", "version"])
     (
         DeltaTable.forPath(spark, path)
         .alias("t")
@@ -414,9 +406,14 @@ def _merge_entities(spark: SparkSession, path: str, valid: DataFrame) -> DataFra
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    latest = _first_by(
-        valid, ["entity_id"], F.col("version").desc(), F.col("kafka_partition"), F.col("kafka_offset")
-    ).withColumn("deleted", F.col("op") == "delete")
+    # per entity the newest version (ties: the earliest offset), by a hash aggregate rather than a sort
+    order = F.struct(F.col("version"), -F.col("kafka_partition"), -F.col("kafka_offset"))
+    latest = (
+        valid.groupBy("entity_id")
+        .agg(F.max_by(F.struct(*valid.columns), order).alias("newest"))
+        .select("newest.*")
+        .withColumn("deleted", F.col("op") == "delete")
+    )
     (
         DeltaTable.forPath(spark, path)
         .alias("t")

@@ -161,8 +161,8 @@ def noop_section(results: dict[str, Any]) -> tuple[str, dict[str, float]]:
         f"median of {results['settings']['repeats']} runs each. *records/s* is measured from the first "
         "to the last handled record (start-up and shutdown excluded); *CPU s / 1M* is the process CPU "
         "time (all threads) over that same window per million records; *process CPU* and *wall* cover "
-        "the whole process (start-up, group join, shutdown and final commit included). Laneway runs at "
-        "concurrency 256.\n\n"
+        "the whole process (start-up, group join, shutdown and final commit included). Laneway and "
+        "arroyo run at concurrency 256.\n\n"
         + table(
             [
                 "contender",

@@ -53,6 +53,35 @@ class Runner:
             return str(self._quix_python)
         return sys.executable
 
+    def broker_process(self) -> psutil.Process | None:
+        """The local process listening on the bootstrap port, if any (to charge its CPU to runs)."""
+        if not hasattr(self, "_broker"):
+            self._broker: psutil.Process | None = None
+            port = int(self.kafka.bootstrap.rsplit(":", 1)[1])
+            try:
+                for conn in psutil.net_connections(kind="tcp"):
+                    if (
+                        conn.status == psutil.CONN_LISTEN
+                        and conn.laddr
+                        and conn.laddr.port == port
+                        and conn.pid
+                    ):
+                        self._broker = psutil.Process(conn.pid)
+                        break
+            except (psutil.Error, OSError):
+                pass
+        return self._broker
+
+    def _broker_cpu(self) -> float | None:
+        b = self.broker_process()
+        if b is None:
+            return None
+        try:
+            t = b.cpu_times()
+            return float(t.user + t.system)
+        except psutil.Error:
+            return None
+
     def start(self, spec: RunSpec) -> _Child:
         spec_path = self.out_dir / "runs" / f"{spec.group}.spec.json"
         spec_path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +95,9 @@ class Runner:
             stdout=subprocess.DEVNULL,
             stderr=open(spec_path.with_suffix("").with_suffix(".stderr"), "wb"),  # noqa: SIM115
         )
-        return _Child(proc, spec, result_path)
+        child = _Child(proc, spec, result_path)
+        child.broker_cpu0 = self._broker_cpu()
+        return child
 
     def run(
         self, spec: RunSpec, *, full_topic: bool = True, extra: dict[str, Any] | None = None
@@ -85,6 +116,9 @@ class Runner:
         """Wait for a started run and judge it. ``may_fall_behind``: a fixed-rate run that did
         not handle everything before its timeout is slow (``kept_up`` false), not wrong."""
         res = child.wait(self.kafka)
+        b1 = self._broker_cpu()
+        if b1 is not None and child.broker_cpu0 is not None:
+            res["broker_cpu_s"] = b1 - child.broker_cpu0
         spec = child.spec
         res.update(extra or {})
         notes: list[str] = []
@@ -124,6 +158,7 @@ class _Child:
         self.spec = spec
         self.result_path = result_path
         self.rss: list[tuple[float, float]] = []
+        self.broker_cpu0: float | None = None
         self._t0 = time.monotonic()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()

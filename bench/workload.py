@@ -81,6 +81,7 @@ class Recorder:
         self.lat_hot: list[int] | None = [] if spec.latency else None
         self.lat_other: list[int] | None = [] if spec.latency else None
         self.done = threading.Event()
+        self.extra: dict[str, Any] = {}  # contender-specific counters, added to the result
         self.t_first = 0.0
         self.t_last = 0.0
         self.cpu_first = 0.0
@@ -128,6 +129,7 @@ class Recorder:
             "cpu_window_s": self.cpu_last - self.cpu_first if self.t_last else 0.0,
             "startup_s": self.t_first - self.t_start if self.t_first else 0.0,
             "order_violations": self.order_violations,
+            **self.extra,
         }
         if self.seen is not None:
             dups = distinct = 0

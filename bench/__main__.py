@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 (out / "results.json").write_text(json.dumps(results, indent=1))
         finally:
             kafka.delete_all()
+            kafka.close()
     log(f"done in {time.monotonic() - t0:.0f}s: {out / 'results.json'}")
     write_reports(results, out, to_repo=args.write_report)
     bad = [

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     rec = Recorder(spec)
     error: str | None = None
     try:
-        importlib.import_module(module_for(spec.contender)).run(spec, rec)  # type: ignore[attr-defined]
+        importlib.import_module(module_for(spec.contender)).run(spec, rec)
     except BaseException:
         error = traceback.format_exc()
     out: dict[str, Any] = rec.result()

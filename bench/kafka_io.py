@@ -41,6 +41,13 @@ class Kafka:
                     f.result(30)
             self.created.clear()
 
+    def close(self) -> None:
+        """Drop the admin client before the broker stops (it would keep reconnecting, noisily)."""
+        import gc
+
+        del self.admin
+        gc.collect()
+
     def _producer(self, linger_ms: int) -> Producer:
         return Producer(
             {

@@ -171,7 +171,7 @@ def _cpu_seconds() -> float:
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):
             total += sum(child.cpu_times()[:2])
-    return total
+    return float(total)
 
 
 def _append(

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.workload import Recorder, RunSpec
 from laneway import App, Backpressure, Event
+from laneway.engine.policies import Ordering
 from laneway.kafka import source as source_module
 from laneway.kafka.source import KafkaSource
 
@@ -37,7 +38,7 @@ def run(spec: RunSpec, rec: Recorder) -> None:
         commit_interval=spec.commit_interval,
     )
     handle = rec.handle
-    ordering = "unordered" if spec.contender == "laneway-unordered" else "key"
+    ordering: Ordering = "unordered" if spec.contender == "laneway-unordered" else "key"
     if spec.contender == "laneway-key-async":
         sleep_s, rec.sleep_s = rec.sleep_s, 0.0  # sleep on the event loop, not in the thread
 
@@ -92,4 +93,4 @@ def _count_pauses(rec: Recorder) -> None:
         (Consumer,),
         {n: timed(n) for n in ("consume", "poll", "pause", "resume", "seek", "commit", "position")},
     )
-    source_module.Consumer = timed_consumer  # type: ignore[attr-defined]
+    source_module.Consumer = timed_consumer  # type: ignore[attr-defined,assignment]

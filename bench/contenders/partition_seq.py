@@ -89,5 +89,7 @@ def run(spec: RunSpec, rec: Recorder) -> None:
 
 def _commit(c: Consumer, topic: str, workers: dict[int, _Worker], *, asynchronous: bool) -> None:
     offsets = [TopicPartition(topic, p, w.position) for p, w in workers.items() if w.position >= 0]
-    if offsets:
-        c.commit(offsets=offsets, asynchronous=asynchronous)
+    if offsets and asynchronous:
+        c.commit(offsets=offsets, asynchronous=True)
+    elif offsets:
+        c.commit(offsets=offsets, asynchronous=False)

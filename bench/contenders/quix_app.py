@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from quixstreams import Application, message_context  # type: ignore[import-not-found]
+from quixstreams import Application, message_context  # type: ignore[import-not-found,unused-ignore]
 
 from bench.workload import Recorder, RunSpec
 

@@ -35,8 +35,10 @@ def run(spec: RunSpec, rec: Recorder) -> None:
                 if msg.error() is not None:
                     continue
                 p, o = msg.partition(), msg.offset()
-                handle(p, o, msg.value())  # type: ignore[arg-type]
-                positions[p] = o + 1  # type: ignore[operator]
+                if p is None or o is None:
+                    continue
+                handle(p, o, msg.value())
+                positions[p] = o + 1
             if time.monotonic() >= next_commit and positions:
                 c.commit(offsets=_tps(spec.topic, positions), asynchronous=True)
                 next_commit = time.monotonic() + spec.commit_interval

@@ -199,7 +199,11 @@ class KafkaSource:
                 if msg is not None:
                     self._handle_batch([msg], max_accept=0 if self._draining.is_set() else max(0, room))
             else:
-                msgs = consumer.consume(min(self._batch, room), 0.1)
+                # take what is already fetched without waiting for a full batch; block (up to
+                # 100 ms) only when nothing is there, so a record never waits for others to arrive
+                msgs = consumer.consume(min(self._batch, room), 0)
+                if not msgs:
+                    msgs = consumer.consume(1, 0.1)
                 if msgs:
                     self._handle_batch(msgs, max_accept=room)
             if now >= next_commit:

@@ -94,7 +94,9 @@ class KafkaSource:
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             **config,
+            "on_commit": self._on_commit,
         }
+        self._recommit = False
         self._consumer = Consumer(conf, logger=logging.getLogger("laneway.kafka.consumer"))
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
@@ -207,7 +209,11 @@ class KafkaSource:
                 if msgs:
                     self._handle_batch(msgs, max_accept=room)
             if now >= next_commit:
-                self._commit(processor.positions(), asynchronous=True)
+                if self._recommit:  # an asynchronous commit failed: send every position again
+                    self._recommit = False
+                    self._commit(processor.final_positions(self._assigned), asynchronous=True)
+                else:
+                    self._commit(processor.positions(), asynchronous=True)
                 next_commit = now + self._commit_interval
             if now >= next_lag:
                 self._report_lag()
@@ -303,6 +309,14 @@ class KafkaSource:
         except KafkaException as exc:
             self._metrics.commit(False)
             logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Result of a commit (served by poll). A failed one is retried on the next tick."""
+        failed = err is not None or any(p.error is not None for p in partitions)
+        if failed:
+            self._recommit = True
+            self._metrics.commit(False)
+            logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
 
     def _produce_all(self, outputs: list[Output]) -> None:
         producer = self._producer

@@ -161,6 +161,30 @@ class PipelineResult:
     freshness_p99_s: float | None
 
 
+_CHECKPOINT_SIGNS = (
+    "MALFORMED_LOG_FILE",
+    "checkpoint",
+    "concurrently using metadata",
+    "/offsets/",
+    "/commits/",
+    "/metadata",
+)
+
+
+def _explain(error: object, settings: PipelineSettings) -> str:
+    """One first line that says what failed; Spark's own text follows for the post-mortem."""
+    text = str(error)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)[:300]
+    if any(sign in text for sign in _CHECKPOINT_SIGNS):
+        return (
+            f"the streaming checkpoint at {settings.checkpoint} is damaged or unreadable ({first}). "
+            "Recover by replaying from offsets: move it aside and run with a new checkpoint "
+            "(laneway pipeline run --checkpoint NEW --starting-offsets earliest); the MERGEs are "
+            "idempotent, so what had landed is not applied twice (RELIABILITY.md).\n" + text
+        )
+    return f"the streaming query failed: {first}\n{text}"
+
+
 class PipelineError(RuntimeError):
     """The streaming query failed; ``__cause__`` holds Spark's exception."""
 
@@ -544,7 +568,10 @@ def run_pipeline(
     writer = _BatchWriter(settings, metrics if metrics is not None else _default_metrics())
     try:
         ensure_tables(session, settings.warehouse)
-        query = _stream(session, settings, writer)
+        try:
+            query = _stream(session, settings, writer)
+        except Exception as exc:  # Py4JJavaError / StreamingQueryException while starting
+            raise PipelineError(_explain(exc, settings)) from exc
         logger.info(
             "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
         )
@@ -558,10 +585,10 @@ def run_pipeline(
             query.stop()
             raise
         except Exception as exc:
-            raise PipelineError(f"the streaming query failed: {exc}") from exc
+            raise PipelineError(_explain(exc, settings)) from exc
         failure = query.exception()
         if failure is not None:
-            raise PipelineError(f"the streaming query failed: {failure}")
+            raise PipelineError(_explain(failure, settings))
     finally:
         if own:
             session.stop()

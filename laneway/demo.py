@@ -65,8 +65,8 @@ class DemoSettings:
     keeps up with on two cores, so freshness shows the steady state rather than a backlog)."""
 
     entities: int = 3_000
-    events: int = 40_000
-    rate: float = 500.0
+    events: int = 20_000
+    rate: float = 250.0
     hot_share: float = 0.2
     invalid_share: float = 0.001
     partitions: int = 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import signal
 import sys
 from typing import Annotated
 
@@ -47,6 +48,13 @@ def register(app: typer.Typer) -> None:
         from laneway.app import App
 
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+        def stop_before_start(signum: int, frame: object) -> None:
+            # SIGINT/SIGTERM while the app module is still importing: nothing runs yet, nothing to drain
+            raise SystemExit(0)
+
+        signal.signal(signal.SIGTERM, stop_before_start)
+        signal.signal(signal.SIGINT, stop_before_start)
         try:
             obj = load_app(target)
         except LanewayError as exc:  # a ConfigError while the module builds its app

@@ -344,6 +344,7 @@ def _run_spark(
 
     try:
         spark = build_session(SessionSettings(master="local[2]", app_name="laneway-demo"))
+        spark.sparkContext.setLogLevel("ERROR")  # keep the summary readable: no per-batch WARN lines
         ensure_tables(spark, str(warehouse))
     finally:
         ready.set()

@@ -242,8 +242,9 @@ class KafkaSource:
                     topic,
                     partition,
                     offset,
-                    key if isinstance(key, bytes) or key is None else str(key).encode(),
-                    value if isinstance(value, bytes) or value is None else str(value).encode(),
+                    # no deserializer is configured: the client gives bytes or None
+                    key,
+                    value,
                     msg.headers(),  # type: ignore[arg-type]
                     ts if ts_type != TIMESTAMP_NOT_AVAILABLE else int(time.time() * 1000),
                     size=len(value or b"") + len(key or b""),
@@ -326,13 +327,7 @@ class KafkaSource:
             if err is not None and self._produce_error is None:
                 self._produce_error = err
 
-        for topic, key, value, headers in outputs:
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+        _produce(producer, outputs, delivered)
         if producer.flush(60) != 0 or self._produce_error is not None:
             raise OutputError(
                 f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
@@ -343,13 +338,7 @@ class KafkaSource:
         assert producer is not None
         try:
             producer.begin_transaction()
-            for topic, key, value, headers in outputs:
-                while True:
-                    try:
-                        producer.produce(topic, value=value, key=key, headers=headers)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+            _produce(producer, outputs, None)  # delivery failures surface in commit_transaction
             producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
             self._metrics.commit(True)
@@ -360,12 +349,13 @@ class KafkaSource:
             ) from exc
 
     def _report_lag(self) -> None:
+        positions = self._processor.final_positions(self._assigned)
         for topic, partition in list(self._assigned):
             try:
                 _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
             except KafkaException:
                 continue
-            pos = self._processor.final_positions([(topic, partition)]).get((topic, partition))
+            pos = positions.get((topic, partition))
             if pos is None:
                 pos = self._consumer.position([TopicPartition(topic, partition)])[0].offset
             if high is not None and high >= 0 and pos >= 0:
@@ -431,3 +421,21 @@ class KafkaSource:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None  # release librdkafka's threads (and their logging) now
+
+
+def _produce(
+    producer: Producer,
+    outputs: list[Output],
+    on_delivery: Callable[[KafkaError | None, Message], None] | None,
+) -> None:
+    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full."""
+    for topic, key, value, headers in outputs:
+        while True:
+            try:
+                if on_delivery is None:
+                    producer.produce(topic, value=value, key=key, headers=headers)
+                else:
+                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)

@@ -32,6 +32,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.helpers import end_offsets
+
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
 LONG = os.environ.get("LANEWAY_CHAOS", "short").lower() == "long"
 
@@ -54,16 +56,6 @@ def create_topics(
     ]
     for f in admin.create_topics(new, operation_timeout=30).values():
         f.result(timeout=30)
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-probe"})
-    try:
-        return {
-            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)
-        }
-    finally:
-        c.close()
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -50,6 +50,8 @@ class AppSettings(BaseModel):
     group_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._\-]+$")
     consumers: int = Field(default=1, ge=1, le=64)
     concurrency: int = Field(default=64, ge=1, le=10_000)
+    #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     commit_interval: float = Field(default=1.0, gt=0)
     shutdown_timeout: float = Field(default=30.0, ge=0)
     revoke_timeout: float = Field(default=10.0, ge=0)
@@ -81,6 +83,7 @@ class App:
         group_id: str | None = None,
         consumers: int = 1,
         concurrency: int = 64,
+        event_loop: Literal["auto", "asyncio", "uvloop"] = "auto",
         backpressure: Backpressure | None = None,
         commit_interval: float = 1.0,
         shutdown_timeout: float = 30.0,
@@ -99,6 +102,7 @@ class App:
                 group_id=group_id if group_id is not None else name,
                 consumers=consumers,
                 concurrency=concurrency,
+                event_loop=event_loop,
                 commit_interval=commit_interval,
                 shutdown_timeout=shutdown_timeout,
                 revoke_timeout=revoke_timeout,
@@ -215,6 +219,7 @@ class App:
         self.processor = Processor(
             self.handlers,
             concurrency=s.concurrency,
+            event_loop=s.event_loop,
             dead_letters=self._dead_letters,
             metrics=self.metrics,
             on_fatal=self._on_fatal,

@@ -31,7 +31,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
 from laneway.engine.events import Event, Output, TopicPartition
@@ -40,9 +40,19 @@ from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.offsets import OffsetTracker
 from laneway.engine.timer import Timer
 
-__all__ = ["PartitionState", "Processor"]
+__all__ = ["EventLoop", "PartitionState", "Processor"]
+
+#: the asyncio pool's loop: uvloop when installed ("auto"), or either one explicitly
+EventLoop = Literal["auto", "asyncio", "uvloop"]
 
 logger = logging.getLogger(__name__)
+
+#: a worker runs one chunk of lanes for about this long before the next chunk gets a turn (s)
+_CHUNK_BUDGET = 0.0005
+#: the assumed cost of a handler call before it is measured: one lane per chunk
+_INITIAL_COST = 0.001
+#: a chunk still running after this long hands its remaining lanes back to the pool (s)
+_CHUNK_OVERRUN = 0.005
 
 
 @dataclass(eq=False)
@@ -80,6 +90,7 @@ class Processor:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         on_fatal: Callable[[BaseException], None] | None = None,
+        event_loop: EventLoop = "auto",
     ) -> None:
         if concurrency < 1:
             raise ConfigError("concurrency", f"must be >= 1, got {concurrency}")
@@ -91,6 +102,7 @@ class Processor:
         self._metrics: Metrics = metrics or NoopMetrics()
         self._clock = clock
         self._on_fatal = on_fatal
+        self._new_loop = _loop_factory(event_loop)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0
@@ -104,7 +116,9 @@ class Processor:
         self._closed = False
         self._timer = Timer(clock)
 
-        self._ready: queue.SimpleQueue[_Lane | None] = queue.SimpleQueue()
+        self._ready: queue.SimpleQueue[list[_Lane] | None] = queue.SimpleQueue()
+        #: per topic, the measured seconds a handler call costs (an EWMA): sizes the chunks
+        self._cost: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         if any(not s.is_async for s in self._handlers.values()):
             self._threads = [
@@ -112,7 +126,7 @@ class Processor:
                 for i in range(concurrency)
             ]
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._aready: asyncio.Queue[_Lane | None] | None = None
+        self._aready: asyncio.Queue[list[_Lane] | None] | None = None
         self._loop_thread: threading.Thread | None = None
         self._loop_ident: int | None = None
         if any(s.is_async for s in self._handlers.values()):
@@ -154,9 +168,11 @@ class Processor:
             raise EngineStopped("the processor is closed")
         to_dispatch: list[_Lane] = []
         accepted = 0
-        with self._lock:
-            states, lanes, handlers = self._states, self._lanes, self._handlers
-            for ev in events:
+        states, lanes, handlers, lock = self._states, self._lanes, self._handlers, self._lock
+        for ev in events:
+            # one lock per event, not per batch: a worker finishing an event never waits for a
+            # whole batch to be queued (with hundreds of threads that wait is a lock convoy)
+            with lock:
                 state = states.get((ev.topic, ev.partition))
                 spec = handlers.get(ev.topic)
                 if state is None or spec is None:
@@ -182,13 +198,8 @@ class Processor:
                     to_dispatch.append(lane)
                 else:
                     lane.events.append((ev, state))
-        async_lanes: list[_Lane] = []
-        for lane in to_dispatch:
-            self._dispatch(lane, async_lanes)
-        if async_lanes:
-            loop, aready = self._loop, self._aready
-            assert loop is not None and aready is not None
-            loop.call_soon_threadsafe(_put_all, aready, async_lanes)
+        if to_dispatch:
+            self._dispatch(to_dispatch)
         return accepted
 
     def positions(self) -> dict[TopicPartition, int]:
@@ -312,32 +323,51 @@ class Processor:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, lane: _Lane, async_batch: list[_Lane] | None = None) -> None:
-        """Hand a scheduled lane to its pool, or park it until its head event is due.
+    def _dispatch(self, lanes: list[_Lane]) -> None:
+        """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
 
-        Async lanes dispatched from another thread are collected in ``async_batch`` when
-        given (one wake-up of the loop for a whole poll batch).
+        Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
+        cheap handler costs one hand-off per chunk instead of one per event. A chunk holds
+        as many lanes as fit in :data:`_CHUNK_BUDGET` at the handler's measured cost: one
+        lane for a slow or unmeasured handler (every lane runs concurrently), hundreds for
+        a no-op. Async chunks dispatched from another thread wake the loop once.
         """
-        if not lane.events:
-            return
-        spec = lane.spec
-        if spec.delay is not None:
-            ev = lane.events[0][0]
-            due = ev.timestamp_ms / 1000.0 + spec.delay.seconds
-            if due > self._clock():
-                self._park(due, lane)
-                return
-        if spec.is_async:
+        groups: dict[str, list[_Lane]] = {}
+        now: float | None = None
+        for lane in lanes:
+            if not lane.events:
+                continue
+            spec = lane.spec
+            if spec.delay is not None:
+                due = lane.events[0][0].timestamp_ms / 1000.0 + spec.delay.seconds
+                if now is None:
+                    now = self._clock()
+                if due > now:
+                    self._park(due, lane)
+                    continue
+            group = groups.get(spec.topic)
+            if group is None:
+                groups[spec.topic] = [lane]
+            else:
+                group.append(lane)
+        for topic, group in groups.items():
+            spec = group[0].spec
+            size = max(1, int(_CHUNK_BUDGET / self._cost.get(topic, _INITIAL_COST)))
+            chunks = (
+                [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
+            )
+            if not spec.is_async:
+                put = self._ready.put
+                for chunk in chunks:
+                    put(chunk)
+                continue
             loop, aready = self._loop, self._aready
             assert loop is not None and aready is not None
             if threading.get_ident() == self._loop_ident:
-                aready.put_nowait(lane)
-            elif async_batch is not None:
-                async_batch.append(lane)
+                for chunk in chunks:
+                    aready.put_nowait(chunk)
             else:
-                loop.call_soon_threadsafe(aready.put_nowait, lane)
-        else:
-            self._ready.put(lane)
+                loop.call_soon_threadsafe(_put_all, aready, chunks)
 
     def _park(self, due: float, lane: _Lane) -> None:
         self._parked += 1
@@ -345,24 +375,28 @@ class Processor:
         def fire() -> None:
             self._parked -= 1
             if not self._closed:
-                self._dispatch(lane)
+                self._dispatch([lane])
 
         self._timer.schedule(due, fire)
 
-    def _start(self, lane: _Lane) -> tuple[Event, PartitionState] | None:
-        """Take the lane's head to run, skipping events of revoked partitions."""
+    def _take_heads(self, lanes: list[_Lane]) -> list[tuple[_Lane, Event, PartitionState]]:
+        """Take each lane's head to run, skipping (dropping) events of revoked partitions."""
+        heads: list[tuple[_Lane, Event, PartitionState]] = []
         with self._lock:
-            events = lane.events
-            while events:
-                ev, state = events[0]
-                if not state.revoked:
-                    state.running += 1
-                    return ev, state
-                events.popleft()
-                self.events_in_memory -= 1
-                self.bytes_in_memory -= ev.size
-            self._lane_empty(lane)
-            return None
+            for lane in lanes:
+                events = lane.events
+                while events:
+                    ev, state = events[0]
+                    if not state.revoked:
+                        state.running += 1
+                        heads.append((lane, ev, state))
+                        break
+                    events.popleft()
+                    self.events_in_memory -= 1
+                    self.bytes_in_memory -= ev.size
+                else:
+                    self._lane_empty(lane)
+        return heads
 
     def _lane_empty(self, lane: _Lane) -> None:
         if lane.id is not None and self._lanes.get(lane.id) is lane:
@@ -370,22 +404,57 @@ class Processor:
         if self._waiters:
             self._changed.notify_all()
 
-    def _finish(self, lane: _Lane, ev: Event, state: PartitionState) -> bool:
-        """Mark the head done; True when the lane has more to run."""
+    def _finish(self, done: list[tuple[_Lane, Event, PartitionState]]) -> list[_Lane]:
+        """Mark these heads done (one lock for all); return their lanes that have more to run."""
+        more: list[_Lane] = []
+        lanes = self._lanes
         with self._lock:
-            state.running -= 1
-            state.tracker.done(ev.offset)
-            if ev.outputs:
-                state.outputs.append((ev.offset, ev.outputs))
-            lane.events.popleft()
-            self.events_in_memory -= 1
-            self.bytes_in_memory -= ev.size
-            if lane.events:
-                if self._waiters:
-                    self._changed.notify_all()
-                return True
-            self._lane_empty(lane)
-            return False
+            for lane, ev, state in done:
+                state.running -= 1
+                state.tracker.done(ev.offset)
+                if ev.outputs:
+                    state.outputs.append((ev.offset, ev.outputs))
+                events = lane.events
+                events.popleft()
+                self.events_in_memory -= 1
+                self.bytes_in_memory -= ev.size
+                if events:
+                    more.append(lane)
+                elif lane.id is not None and lanes.get(lane.id) is lane:
+                    del lanes[lane.id]
+            if self._waiters:
+                self._changed.notify_all()
+        return more
+
+    def _learn(self, topic: str, events: int, seconds: float) -> None:
+        """Fold a chunk's measured cost per event into the topic's estimate."""
+        per_event = seconds / events
+        cost = self._cost.get(topic)
+        self._cost[topic] = per_event if cost is None else cost + (per_event - cost) * 0.2
+
+    def _hand_back(
+        self, heads: list[tuple[_Lane, Event, PartitionState]], ran: int, seconds: float
+    ) -> list[tuple[_Lane, Event, PartitionState]]:
+        """The chunk overran its budget (the handler got slower than measured): learn the new
+        cost, give the heads not yet run back to the pool in chunks of that cost, and return
+        those that ran."""
+        self._learn(heads[0][0].spec.topic, ran, seconds)
+        rest = heads[ran:]
+        with self._lock:
+            for _, _, state in rest:
+                state.running -= 1
+            if self._waiters:
+                self._changed.notify_all()
+        self._dispatch([lane for lane, _, _ in rest])
+        return heads[:ran]
+
+    def _continue(self, lanes: list[_Lane]) -> list[_Lane]:
+        """Of lanes with more work, those the worker may run next; delayed lanes are re-dispatched
+        (their next head may not be due)."""
+        if all(lane.spec.delay is None for lane in lanes):
+            return lanes
+        self._dispatch([lane for lane in lanes if lane.spec.delay is not None])
+        return [lane for lane in lanes if lane.spec.delay is None]
 
     def _release(self, state: PartitionState) -> None:
         """The head stays (retry, halt); it is no longer running."""
@@ -447,8 +516,9 @@ class Processor:
             type(cause).__name__,
             cause,
         )
-        if self._finish(lane, ev, state):
-            self._dispatch(lane)
+        more = self._finish([(lane, ev, state)])
+        if more:
+            self._dispatch(more)
 
     def _halt(self, error: BaseException) -> None:
         with self._lock:
@@ -461,8 +531,9 @@ class Processor:
 
     def _after(self, lane: _Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
         if err is None:
-            if self._finish(lane, ev, state):
-                self._dispatch(lane)
+            more = self._finish([(lane, ev, state)])
+            if more:
+                self._dispatch(more)
             return
         action = self._on_error(lane, ev, state, err)
         if action == "retry":
@@ -478,29 +549,47 @@ class Processor:
     # ------------------------------------------------------------------ workers
 
     def _thread_worker(self) -> None:
-        ready, metrics = self._ready, self._metrics
-        perf = time.perf_counter
-        lane: _Lane | None = None
+        ready = self._ready
         while True:
-            if lane is None:
-                lane = ready.get()
-                if lane is None:
-                    return
-            started = self._start(lane)
-            if started is None:
-                lane = None
-                continue
-            ev, state = started
+            chunk = ready.get()
+            if chunk is None:
+                return
+            try:
+                while chunk:
+                    more = self._run_chunk(chunk)
+                    if not more:
+                        break
+                    if not ready.empty():
+                        # others wait for a worker: this chunk's next turn is at the back of the line
+                        ready.put(more)
+                        break
+                    chunk = more
+            except Exception as exc:  # a bug in the engine itself: stop rather than lose work
+                self._halt(exc)
+
+    def _run_chunk(self, chunk: list[_Lane]) -> list[_Lane]:
+        """Run the head event of each lane in ``chunk`` (plain handlers, this thread); return
+        the lanes that have more to run."""
+        heads = self._take_heads(chunk)
+        if not heads:
+            return []
+        metrics, perf = self._metrics, time.perf_counter
+        ok: list[tuple[_Lane, Event, PartitionState]] = []
+        failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
+        started = perf()
+        for i, item in enumerate(heads):
+            lane, ev, state = item
+            if i and perf() - started > _CHUNK_OVERRUN:
+                heads = self._hand_back(heads, i, perf() - started)
+                break
             if self.fatal is not None:
                 self._release(state)
-                lane = None
                 continue
             spec = lane.spec
-            t0 = perf()
-            err: BaseException | None = None
             if ev.outputs is not None:
                 ev.outputs = None  # what a failed attempt emitted is discarded
             watch = None
+            t0 = perf()
             if spec.timeout is not None:
                 watch = self._watched[threading.get_ident()] = [t0, ev, spec.timeout, False]
             try:
@@ -508,32 +597,28 @@ class Processor:
                     ev.payload = _deserialize(spec, ev)
                 spec.fn(ev)
             except BaseException as exc:
-                err = exc
+                failed.append((lane, ev, state, exc))
             else:
                 metrics.processed(ev.topic, perf() - t0)
+                ok.append(item)
             if watch is not None:
                 self._watched.pop(threading.get_ident(), None)
-                if not watch[3] and perf() - t0 > watch[2]:
+                elapsed = perf() - t0
+                if not watch[3] and elapsed > watch[2]:
                     metrics.stuck(ev.topic)
                     logger.warning(
                         "handler for %s ran %.2fs on %r, past its %.2fs timeout",
                         ev.topic,
-                        perf() - t0,
+                        elapsed,
                         ev,
                         watch[2],
                     )
-            try:
-                if err is None and spec.delay is None:
-                    # fast path: keep running this lane while no other lane waits for a worker
-                    if self._finish(lane, ev, state):
-                        if ready.empty():
-                            continue
-                        self._dispatch(lane)
-                else:
-                    self._after(lane, ev, state, err)
-            except Exception as exc:  # a bug in the engine itself: stop rather than lose work
-                self._halt(exc)
-            lane = None
+        else:
+            self._learn(heads[0][0].spec.topic, len(heads), perf() - started)
+        more = self._finish(ok) if ok else []
+        for lane, ev, state, err in failed:
+            self._after(lane, ev, state, err)
+        return self._continue(more) if more else more
 
     def _watchdog(self, tick: float) -> None:
         """Report plain handlers running past their timeout while they run (a thread cannot be
@@ -556,7 +641,7 @@ class Processor:
                     )
 
     def _run_loop(self, started: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
+        loop = self._new_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
         self._loop_ident = threading.get_ident()
@@ -571,24 +656,43 @@ class Processor:
 
     async def _async_worker(self) -> None:
         assert self._aready is not None
-        aready, metrics, loop = self._aready, self._metrics, asyncio.get_running_loop()
-        perf = time.perf_counter
+        aready = self._aready
         while True:
-            lane = await aready.get()
-            if lane is None:
+            chunk = await aready.get()
+            if chunk is None:
                 return
-            started = self._start(lane)
-            if started is None:
-                continue
-            ev, state = started
+            while chunk:
+                more = await self._arun_chunk(chunk)
+                if not more:
+                    break
+                # let the loop take in what the source submitted before this lane's next turn
+                await asyncio.sleep(0)
+                if not aready.empty():
+                    aready.put_nowait(more)
+                    break
+                chunk = more
+
+    async def _arun_chunk(self, chunk: list[_Lane]) -> list[_Lane]:
+        """:meth:`_run_chunk` for ``async def`` handlers, on the event loop."""
+        heads = self._take_heads(chunk)
+        if not heads:
+            return []
+        metrics, perf = self._metrics, time.perf_counter
+        ok: list[tuple[_Lane, Event, PartitionState]] = []
+        failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
+        started = perf()
+        for i, item in enumerate(heads):
+            lane, ev, state = item
+            if i and perf() - started > _CHUNK_OVERRUN:
+                heads = self._hand_back(heads, i, perf() - started)
+                break
             if self.fatal is not None:
                 self._release(state)
                 continue
             spec = lane.spec
-            t0 = perf()
-            err: BaseException | None = None
             if ev.outputs is not None:
                 ev.outputs = None
+            t0 = perf()
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)
@@ -603,20 +707,26 @@ class Processor:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise  # this worker is being cancelled
-                err = exc  # the handler's own CancelledError: a failure like any other
+                failed.append((lane, ev, state, exc))  # the handler's own CancelledError: a failure
             except TimeoutError as exc:
                 metrics.stuck(ev.topic)
-                err = exc
+                failed.append((lane, ev, state, exc))
                 logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
             except BaseException as exc:
-                err = exc
+                failed.append((lane, ev, state, exc))
             else:
                 metrics.processed(ev.topic, perf() - t0)
-            if err is not None and self._needs_thread(lane, ev, err):
+                ok.append(item)
+        else:
+            self._learn(heads[0][0].spec.topic, len(heads), perf() - started)
+        more = self._finish(ok) if ok else []
+        for lane, ev, state, err in failed:
+            if self._needs_thread(lane, ev, err):
                 # dead-lettering blocks on the producer: keep it off the event loop
-                await loop.run_in_executor(None, self._after_safe, lane, ev, state, err)
+                await asyncio.get_running_loop().run_in_executor(None, self._after_safe, lane, ev, state, err)
             else:
                 self._after_safe(lane, ev, state, err)
+        return self._continue(more) if more else more
 
     def _needs_thread(self, lane: _Lane, ev: Event, err: BaseException) -> bool:
         return isinstance(err, _Undeserializable) or not lane.spec.retry.should_retry(err, ev.attempt)
@@ -628,9 +738,25 @@ class Processor:
             self._halt(exc)
 
 
-def _put_all(aready: asyncio.Queue[_Lane | None], lanes: list[_Lane]) -> None:
-    for lane in lanes:
-        aready.put_nowait(lane)
+def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop when asked for, or when installed and ``kind`` is auto (its timers and callbacks
+    cost about half of asyncio's: see BENCHMARKS.md); else asyncio's own loop."""
+    if kind not in ("auto", "asyncio", "uvloop"):
+        raise ConfigError("event_loop", f"must be auto, asyncio or uvloop, got {kind!r}")
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise ConfigError("event_loop", "uvloop is not installed (pip install uvloop)") from None
+        else:
+            return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+def _put_all(aready: asyncio.Queue[list[_Lane] | None], chunks: list[list[_Lane]]) -> None:
+    for chunk in chunks:
+        aready.put_nowait(chunk)
 
 
 class _Undeserializable(Exception):

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway import Delay, HandlerFailed, Retry
+from laneway.engine import processor as processor_module
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.processor import Processor
@@ -334,3 +335,83 @@ def test_a_hung_plain_handler_is_reported_while_it_hangs(
     release.set()
     assert proc.drain(5)
     assert caplog.text.count("past its 0.20s timeout") == 1  # reported once, not again on return
+
+
+def _peak_threads(proc: Processor, evs: list[Event], seen: list[str]) -> int:
+    proc.submit(evs)
+    assert proc.drain(30)
+    assert len(seen) == len(evs)
+    return len(set(seen))
+
+
+def test_cheap_handlers_run_in_chunks_on_few_threads(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    threads: list[str] = []
+
+    def handle(ev: Event) -> None:
+        threads.append(threading.current_thread().name)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=64)
+    proc.submit(events(200, keys=200))  # measures the handler's cost
+    assert proc.drain(10)
+    threads.clear()
+    evs = events(5_000, keys=5_000)
+    for ev in evs:
+        ev.offset += 100
+    # 5,000 one-event lanes of a no-op: a few chunks, not 5,000 hand-offs over 64 threads
+    assert _peak_threads(proc, evs, threads) < 16
+    assert proc.final_positions() == {("t", 0): 2600, ("t", 1): 2600}
+
+
+def test_slow_handlers_get_one_lane_per_worker(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    threads: list[str] = []
+    active, peak = [0], [0]
+    lock = threading.Lock()
+
+    def handle(ev: Event) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.02)
+        with lock:
+            active[0] -= 1
+            threads.append(threading.current_thread().name)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=16)
+    assert _peak_threads(proc, events(64, keys=64), threads) == 16
+    assert peak[0] == 16  # every worker ran a lane at once
+
+
+def test_a_handler_turning_slow_hands_its_chunk_back(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a generous budget: however noisy the no-op's measured cost, 400 lanes make one chunk
+    monkeypatch.setattr(processor_module, "_CHUNK_BUDGET", 0.05)
+    slow = threading.Event()
+    active, peak = [0], [0]
+    lock = threading.Lock()
+    done: list[int] = []
+
+    def handle(ev: Event) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        if slow.is_set():
+            time.sleep(0.02)
+        with lock:
+            active[0] -= 1
+            done.append(ev.offset)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=16, partitions=1)
+    proc.submit([Event("t", 0, i, f"k{i}".encode(), b"0") for i in range(20_000)])
+    assert proc.drain(10)  # learnt: a no-op, hundreds of lanes per chunk
+    slow.set()
+    peak[0] = 0
+    proc.submit([Event("t", 0, 20_000 + i, f"k{i}".encode(), b"0") for i in range(400)])
+    assert proc.drain(30)
+    assert sorted(done) == list(range(20_400))
+    # the chunk that met the slow handler gave its other lanes back: they ran side by side
+    assert peak[0] >= 12

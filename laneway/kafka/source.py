@@ -93,6 +93,9 @@ class KafkaSource:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
+            # the client's prefetch is memory too: bound it by the backpressure byte cap (a
+            # quarter of it, 1..64 MB), so a deep backlog costs no more than a shallow one
+            "queued.max.messages.kbytes": min(65_536, max(1_024, backpressure.max_bytes // 4096)),
             **config,
             "on_commit": self._on_commit,
         }

@@ -34,7 +34,16 @@ class OffsetTracker:
         self.highest = offset
 
     def done(self, offset: int) -> None:
-        self._done.add(offset)
+        pending = self._pending
+        if pending and pending[0] == offset:
+            # the common case: the lowest finishes; advance now, so memory stays bounded by
+            # the out-of-order window, not by what finished since the last commit
+            pending.popleft()
+            done = self._done
+            while pending and pending[0] in done:
+                done.discard(pending.popleft())
+        else:
+            self._done.add(offset)
 
     @property
     def in_process(self) -> int:

@@ -78,3 +78,15 @@ def test_offsets_must_increase() -> None:
     tracker.add(3)
     with pytest.raises(ValueError, match="not above"):
         tracker.add(3)
+
+
+def test_memory_is_bounded_by_the_out_of_order_window_not_by_commits() -> None:
+    t = OffsetTracker()
+    for base in range(0, 100_000, 10):
+        for o in range(base, base + 10):
+            t.add(o)
+        for o in reversed(range(base, base + 10)):  # out of order inside a window of 10
+            t.done(o)
+        # no position() call in between: nothing finished is still held
+        assert len(t._pending) == 0 and len(t._done) == 0
+    assert t.position() == 100_000

@@ -119,12 +119,12 @@ class Processor:
         self._ready: queue.SimpleQueue[list[_Lane] | None] = queue.SimpleQueue()
         #: per topic, the measured seconds a handler call costs (an EWMA): sizes the chunks
         self._cost: dict[str, float] = {}
+        # worker threads start on demand, up to ``concurrency`` (as ThreadPoolExecutor's): a cheap
+        # handler's chunks keep a few busy, and idle threads cost no stack memory
         self._threads: list[threading.Thread] = []
-        if any(not s.is_async for s in self._handlers.values()):
-            self._threads = [
-                threading.Thread(target=self._thread_worker, name=f"laneway-worker-{i}", daemon=True)
-                for i in range(concurrency)
-            ]
+        self._max_threads = concurrency if any(not s.is_async for s in self._handlers.values()) else 0
+        self._idle = 0  # worker threads waiting for a chunk (under _spawn_lock)
+        self._spawn_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._aready: asyncio.Queue[list[_Lane] | None] | None = None
         self._loop_thread: threading.Thread | None = None
@@ -144,8 +144,6 @@ class Processor:
             threading.Thread(
                 target=self._watchdog, args=(tick,), name="laneway-watchdog", daemon=True
             ).start()
-        for t in self._threads:
-            t.start()
         self._metrics.observe_engine(self.gauges)
 
     # ------------------------------------------------------------------ source side
@@ -309,10 +307,12 @@ class Processor:
             return
         self._closed = True
         self._timer.stop()
-        for _ in self._threads:
+        with self._spawn_lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._ready.put(None)
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         if self._loop is not None and self._aready is not None:
             aready = self._aready
@@ -360,6 +360,7 @@ class Processor:
                 put = self._ready.put
                 for chunk in chunks:
                     put(chunk)
+                self._grow()
                 continue
             loop, aready = self._loop, self._aready
             assert loop is not None and aready is not None
@@ -368,6 +369,24 @@ class Processor:
                     aready.put_nowait(chunk)
             else:
                 loop.call_soon_threadsafe(_put_all, aready, chunks)
+
+    def _grow(self) -> None:
+        """Start worker threads while more chunks wait than idle workers, up to ``concurrency``."""
+        if self._ready.qsize() <= self._idle or len(self._threads) >= self._max_threads:
+            return
+        with self._spawn_lock:
+            missing = min(self._ready.qsize() - self._idle, self._max_threads - len(self._threads))
+            if self._closed or missing <= 0:
+                return
+            new = [
+                threading.Thread(
+                    target=self._thread_worker, name=f"laneway-worker-{len(self._threads) + i}", daemon=True
+                )
+                for i in range(missing)
+            ]
+            self._threads.extend(new)
+        for t in new:
+            t.start()
 
     def _park(self, due: float, lane: _Lane) -> None:
         self._parked += 1
@@ -549,9 +568,13 @@ class Processor:
     # ------------------------------------------------------------------ workers
 
     def _thread_worker(self) -> None:
-        ready = self._ready
+        ready, lock = self._ready, self._spawn_lock
         while True:
+            with lock:
+                self._idle += 1
             chunk = ready.get()
+            with lock:
+                self._idle -= 1
             if chunk is None:
                 return
             try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
 import time
@@ -51,6 +52,10 @@ logger = logging.getLogger(__name__)
 _CHUNK_BUDGET = 0.0005
 #: the assumed cost of a handler call before it is measured: one lane per chunk
 _INITIAL_COST = 0.001
+#: the engine's own work per event, added to the handler's cost when sizing chunks (s)
+_EVENT_OVERHEAD = 0.000003
+#: the most lanes in one chunk
+_MAX_CHUNK = 256
 #: a chunk still running after this long hands its remaining lanes back to the pool (s)
 _CHUNK_OVERRUN = 0.005
 
@@ -119,6 +124,7 @@ class Processor:
         self._ready: queue.SimpleQueue[list[_Lane] | None] = queue.SimpleQueue()
         #: per topic, the measured seconds a handler call costs (an EWMA): sizes the chunks
         self._cost: dict[str, float] = {}
+        self._work: dict[str, list[float]] = {}  # per topic: decayed [seconds, events]
         # worker threads start on demand, up to ``concurrency`` (as ThreadPoolExecutor's): a cheap
         # handler's chunks keep a few busy, and idle threads cost no stack memory
         self._threads: list[threading.Thread] = []
@@ -352,7 +358,8 @@ class Processor:
                 group.append(lane)
         for topic, group in groups.items():
             spec = group[0].spec
-            size = max(1, int(_CHUNK_BUDGET / self._cost.get(topic, _INITIAL_COST)))
+            cost = self._cost.get(topic, _INITIAL_COST) + _EVENT_OVERHEAD
+            size = max(1, min(_MAX_CHUNK, int(_CHUNK_BUDGET / cost)))
             chunks = (
                 [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
             )
@@ -371,11 +378,24 @@ class Processor:
                 loop.call_soon_threadsafe(_put_all, aready, chunks)
 
     def _grow(self) -> None:
-        """Start worker threads while more chunks wait than idle workers, up to ``concurrency``."""
-        if self._ready.qsize() <= self._idle or len(self._threads) >= self._max_threads:
+        """Start worker threads while more chunks wait than idle workers, up to ``concurrency``.
+
+        Cheap handlers get fewer: ``concurrency`` x cost / chunk budget (at least 2), since
+        a handler faster than the budget saturates the interpreter long before hundreds of
+        threads could help, and every thread costs memory. The pool at most doubles per call
+        (a worker that finds chunks waiting calls it too), so a burst queued before a handler
+        is measured does not start every thread; a slow handler's backlog reaches
+        ``concurrency`` threads in a few rounds.
+        """
+        allowed = self._allowed()
+        if self._ready.qsize() <= self._idle or len(self._threads) >= allowed:
             return
         with self._spawn_lock:
-            missing = min(self._ready.qsize() - self._idle, self._max_threads - len(self._threads))
+            missing = min(
+                self._ready.qsize() - self._idle,
+                allowed - len(self._threads),
+                max(1, len(self._threads)),
+            )
             if self._closed or missing <= 0:
                 return
             new = [
@@ -387,6 +407,13 @@ class Processor:
             self._threads.extend(new)
         for t in new:
             t.start()
+
+    def _allowed(self) -> int:
+        """How many worker threads the measured handler costs call for (see :meth:`_grow`)."""
+        if not self._cost:
+            return self._max_threads
+        cost = max(self._cost.values())
+        return max(2, min(self._max_threads, math.ceil(self._max_threads * cost / _CHUNK_BUDGET)))
 
     def _park(self, due: float, lane: _Lane) -> None:
         self._parked += 1
@@ -446,10 +473,16 @@ class Processor:
         return more
 
     def _learn(self, topic: str, events: int, seconds: float) -> None:
-        """Fold a chunk's measured cost per event into the topic's estimate."""
-        per_event = seconds / events
-        cost = self._cost.get(topic)
-        self._cost[topic] = per_event if cost is None else cost + (per_event - cost) * 0.2
+        """Fold a chunk into the topic's cost estimate: seconds in the handler per event over
+        recent chunks, weighted by their events (a one-lane chunk that was preempted barely
+        moves it). Handler time only: the engine's own work, where a thread most often waits
+        for the GIL, would make a cheap handler look slow."""
+        work = self._work.get(topic)
+        if work is None:
+            self._work[topic] = work = [0.0, 0.0]
+        work[0] = work[0] * 0.8 + seconds
+        work[1] = work[1] * 0.8 + events
+        self._cost[topic] = work[0] / work[1]
 
     def _hand_back(
         self, heads: list[tuple[_Lane, Event, PartitionState]], ran: int, seconds: float
@@ -577,6 +610,7 @@ class Processor:
                 self._idle -= 1
             if chunk is None:
                 return
+            self._grow()
             try:
                 while chunk:
                     more = self._run_chunk(chunk)
@@ -589,6 +623,12 @@ class Processor:
                     chunk = more
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 self._halt(exc)
+            if len(self._threads) > self._allowed() + 2:
+                # the handler got cheaper (or one measurement was off): fewer threads will do
+                with lock:
+                    if len(self._threads) > self._allowed() + 2 and not self._closed:
+                        self._threads.remove(threading.current_thread())
+                        return
 
     def _run_chunk(self, chunk: list[_Lane]) -> list[_Lane]:
         """Run the head event of each lane in ``chunk`` (plain handlers, this thread); return
@@ -599,11 +639,11 @@ class Processor:
         metrics, perf = self._metrics, time.perf_counter
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
-        started = perf()
+        started, busy = perf(), 0.0
         for i, item in enumerate(heads):
             lane, ev, state = item
             if i and perf() - started > _CHUNK_OVERRUN:
-                heads = self._hand_back(heads, i, perf() - started)
+                heads = self._hand_back(heads, i, busy)
                 break
             if self.fatal is not None:
                 self._release(state)
@@ -620,9 +660,12 @@ class Processor:
                     ev.payload = _deserialize(spec, ev)
                 spec.fn(ev)
             except BaseException as exc:
+                busy += perf() - t0
                 failed.append((lane, ev, state, exc))
             else:
-                metrics.processed(ev.topic, perf() - t0)
+                took = perf() - t0
+                busy += took
+                metrics.processed(ev.topic, took)
                 ok.append(item)
             if watch is not None:
                 self._watched.pop(threading.get_ident(), None)
@@ -637,7 +680,7 @@ class Processor:
                         watch[2],
                     )
         else:
-            self._learn(heads[0][0].spec.topic, len(heads), perf() - started)
+            self._learn(heads[0][0].spec.topic, len(heads), busy)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             self._after(lane, ev, state, err)
@@ -703,11 +746,11 @@ class Processor:
         metrics, perf = self._metrics, time.perf_counter
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
-        started = perf()
+        started, busy = perf(), 0.0
         for i, item in enumerate(heads):
             lane, ev, state = item
             if i and perf() - started > _CHUNK_OVERRUN:
-                heads = self._hand_back(heads, i, perf() - started)
+                heads = self._hand_back(heads, i, busy)
                 break
             if self.fatal is not None:
                 self._release(state)
@@ -716,6 +759,7 @@ class Processor:
             if ev.outputs is not None:
                 ev.outputs = None
             t0 = perf()
+            err: BaseException | None = None
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)
@@ -730,18 +774,22 @@ class Processor:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise  # this worker is being cancelled
-                failed.append((lane, ev, state, exc))  # the handler's own CancelledError: a failure
+                err = exc  # the handler's own CancelledError: a failure like any other
             except TimeoutError as exc:
                 metrics.stuck(ev.topic)
-                failed.append((lane, ev, state, exc))
+                err = exc
                 logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
             except BaseException as exc:
-                failed.append((lane, ev, state, exc))
-            else:
-                metrics.processed(ev.topic, perf() - t0)
+                err = exc
+            took = perf() - t0
+            busy += took
+            if err is None:
+                metrics.processed(ev.topic, took)
                 ok.append(item)
+            else:
+                failed.append((lane, ev, state, err))
         else:
-            self._learn(heads[0][0].spec.topic, len(heads), perf() - started)
+            self._learn(heads[0][0].spec.topic, len(heads), busy)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             if self._needs_thread(lane, ev, err):

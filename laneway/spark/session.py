@@ -95,6 +95,11 @@ class SessionSettings:
             # Delta rebuilds table state with 50 partitions by default: far too many for small tables
             "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
             "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+            # Spark keeps the classes it generates for queries in an LRU cache of 100 entries; one
+            # pipeline batch (Delta MERGEs and their log queries) generates about 110, so with the
+            # default every batch compiled all of them again: ~100 Janino compilations and seconds
+            # of CPU per batch, the main cost of a small batch
+            "spark.sql.codegen.cache.maxEntries": "1000",
         }
         if jar_paths:
             out["spark.jars"] = ",".join(str(p) for p in jar_paths)

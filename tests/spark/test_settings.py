@@ -72,6 +72,15 @@ def test_session_conf_has_delta_and_small_defaults() -> None:
     assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     assert conf["spark.ui.enabled"] == "false" and conf["spark.jars"] == "/x/a.jar"
     assert conf["spark.sql.shuffle.partitions"] == "8"  # conf wins
+    # a batch generates ~110 classes: Spark's default cache of 100 recompiled them every batch
+    assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 500
+
+
+def test_stats_columns_are_columns_of_their_table() -> None:
+    assert set(schema.TABLE_PROPERTIES) == set(schema.TABLES)
+    for table, props in schema.TABLE_PROPERTIES.items():
+        columns = {line.split()[0] for line in schema.TABLE_DDL[table].strip().splitlines()}
+        assert set(props["delta.dataSkippingStatsColumns"].split(",")) <= columns, table
 
 
 def test_weighted_quantile() -> None:

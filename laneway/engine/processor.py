@@ -129,7 +129,8 @@ class Processor:
         # handler's chunks keep a few busy, and idle threads cost no stack memory
         self._threads: list[threading.Thread] = []
         self._max_threads = concurrency if any(not s.is_async for s in self._handlers.values()) else 0
-        self._idle = 0  # worker threads waiting for a chunk (under _spawn_lock)
+        # one token per worker thread waiting for a chunk: list append/pop are atomic, no lock
+        self._idle: list[None] = []
         self._spawn_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._aready: asyncio.Queue[list[_Lane] | None] | None = None
@@ -173,10 +174,8 @@ class Processor:
         to_dispatch: list[_Lane] = []
         accepted = 0
         states, lanes, handlers, lock = self._states, self._lanes, self._handlers, self._lock
-        for ev in events:
-            # one lock per event, not per batch: a worker finishing an event never waits for a
-            # whole batch to be queued (with hundreds of threads that wait is a lock convoy)
-            with lock:
+        with lock:
+            for ev in events:
                 state = states.get((ev.topic, ev.partition))
                 spec = handlers.get(ev.topic)
                 if state is None or spec is None:
@@ -388,11 +387,11 @@ class Processor:
         ``concurrency`` threads in a few rounds.
         """
         allowed = self._allowed()
-        if self._ready.qsize() <= self._idle or len(self._threads) >= allowed:
+        if self._ready.qsize() <= len(self._idle) or len(self._threads) >= allowed:
             return
         with self._spawn_lock:
             missing = min(
-                self._ready.qsize() - self._idle,
+                self._ready.qsize() - len(self._idle),
                 allowed - len(self._threads),
                 max(1, len(self._threads)),
             )
@@ -601,13 +600,11 @@ class Processor:
     # ------------------------------------------------------------------ workers
 
     def _thread_worker(self) -> None:
-        ready, lock = self._ready, self._spawn_lock
+        ready, lock, idle = self._ready, self._spawn_lock, self._idle
         while True:
-            with lock:
-                self._idle += 1
+            idle.append(None)
             chunk = ready.get()
-            with lock:
-                self._idle -= 1
+            idle.pop()
             if chunk is None:
                 return
             self._grow()

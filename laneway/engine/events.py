@@ -27,11 +27,11 @@ class Event:
     value: bytes | None
     headers: list[tuple[str, bytes]] | None = None
     timestamp_ms: int = 0
+    #: bytes held in memory (key + value), for the backpressure byte cap
+    size: int = 0
     attempt: int = 1
     payload: Any = None
     # engine bookkeeping
-    epoch: int = 0
-    size: int = 0
     first_failure: float = 0.0
     last_failure: float = 0.0
     error: BaseException | None = None

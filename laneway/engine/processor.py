@@ -70,13 +70,20 @@ class PartitionState:
     outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
 
 
-class _Lane:
-    __slots__ = ("events", "id", "spec")
+class _Lane(deque[tuple[Event, PartitionState]]):
+    """A lane: its FIFO of (event, partition state) is the deque itself (one object per lane,
+    not two: a lane is created for most events when keys are many)."""
 
-    def __init__(self, lane_id: Hashable, spec: HandlerSpec) -> None:
-        self.id = lane_id
-        self.spec = spec
-        self.events: deque[tuple[Event, PartitionState]] = deque()
+    __slots__ = ("id", "spec")
+    id: Hashable
+    spec: HandlerSpec
+
+
+def _new_lane(lane_id: Hashable, spec: HandlerSpec, item: tuple[Event, PartitionState]) -> _Lane:
+    lane = _Lane((item,))
+    lane.id = lane_id
+    lane.spec = spec
+    return lane
 
 
 class Processor:
@@ -172,35 +179,39 @@ class Processor:
         if self._closed:
             raise EngineStopped("the processor is closed")
         to_dispatch: list[_Lane] = []
-        accepted = 0
-        states, lanes, handlers, lock = self._states, self._lanes, self._handlers, self._lock
-        with lock:
+        accepted = nbytes = 0
+        states, lanes, handlers = self._states, self._lanes, self._handlers
+        last: tuple[str, int] | None = None
+        state: PartitionState | None = None
+        spec: HandlerSpec | None = None
+        with self._lock:
             for ev in events:
-                state = states.get((ev.topic, ev.partition))
-                spec = handlers.get(ev.topic)
+                topic, partition = ev.topic, ev.partition
+                if last is None or partition != last[1] or topic != last[0]:
+                    # a poll batch comes in runs of one partition: look its state up once per run
+                    last = (topic, partition)
+                    state, spec = states.get(last), handlers.get(topic)
                 if state is None or spec is None:
                     continue
                 state.tracker.add(ev.offset)
                 accepted += 1
-                self.events_in_memory += 1
-                self.bytes_in_memory += ev.size
+                nbytes += ev.size
                 ordering = spec.ordering
-                if ordering == "unordered":
-                    lane = _Lane(None, spec)
-                    lane.events.append((ev, state))
-                    to_dispatch.append(lane)
-                    continue
                 if ordering == "key" and ev.key is not None:
-                    lane_id: Hashable = (ev.topic, ev.key)
+                    lane_id: Hashable = (topic, ev.key)
+                elif ordering == "unordered":
+                    to_dispatch.append(_new_lane(None, spec, (ev, state)))
+                    continue
                 else:
-                    lane_id = (ev.topic, ev.partition, None)
-                lane = lanes.get(lane_id)  # type: ignore[assignment]
+                    lane_id = (topic, partition, None)
+                lane = lanes.get(lane_id)
                 if lane is None:
-                    lane = lanes[lane_id] = _Lane(lane_id, spec)
-                    lane.events.append((ev, state))
+                    lane = lanes[lane_id] = _new_lane(lane_id, spec, (ev, state))
                     to_dispatch.append(lane)
                 else:
-                    lane.events.append((ev, state))
+                    lane.append((ev, state))
+            self.events_in_memory += accepted
+            self.bytes_in_memory += nbytes
         if to_dispatch:
             self._dispatch(to_dispatch)
         return accepted
@@ -340,11 +351,11 @@ class Processor:
         groups: dict[str, list[_Lane]] = {}
         now: float | None = None
         for lane in lanes:
-            if not lane.events:
+            if not lane:
                 continue
             spec = lane.spec
             if spec.delay is not None:
-                due = lane.events[0][0].timestamp_ms / 1000.0 + spec.delay.seconds
+                due = lane[0][0].timestamp_ms / 1000.0 + spec.delay.seconds
                 if now is None:
                     now = self._clock()
                 if due > now:
@@ -429,7 +440,7 @@ class Processor:
         heads: list[tuple[_Lane, Event, PartitionState]] = []
         with self._lock:
             for lane in lanes:
-                events = lane.events
+                events = lane
                 while events:
                     ev, state = events[0]
                     if not state.revoked:
@@ -459,7 +470,7 @@ class Processor:
                 state.tracker.done(ev.offset)
                 if ev.outputs:
                     state.outputs.append((ev.offset, ev.outputs))
-                events = lane.events
+                events = lane
                 events.popleft()
                 self.events_in_memory -= 1
                 self.bytes_in_memory -= ev.size

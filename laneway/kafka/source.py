@@ -240,17 +240,18 @@ class KafkaSource:
                 continue
             key, value = msg.key(), msg.value()
             ts_type, ts = msg.timestamp()
+            # positional arguments: this runs once per record (no deserializer is configured
+            # on the client: key and value are bytes or None)
             events.append(
                 Event(
                     topic,
                     partition,
                     offset,
-                    # no deserializer is configured: the client gives bytes or None
                     key,
                     value,
                     msg.headers(),  # type: ignore[arg-type]
                     ts if ts_type != TIMESTAMP_NOT_AVAILABLE else int(time.time() * 1000),
-                    size=len(value or b"") + len(key or b""),
+                    (len(value) if value else 0) + (len(key) if key else 0),
                 )
             )
         if events:

@@ -52,11 +52,16 @@ logger = logging.getLogger(__name__)
 _CHUNK_BUDGET = 0.0005
 #: the assumed cost of a handler call before it is measured: one lane per chunk
 _INITIAL_COST = 0.001
+#: per chunk, how much of the cost estimate's history is kept: a one-off pause (GC, a page
+#: fault) in one chunk moves it little, a handler that really got slower shows in tens of chunks
+#: (and a chunk that overruns hands its lanes back at once: see _CHUNK_OVERRUN)
+_COST_DECAY = 0.98
 #: the engine's own work per event, added to the handler's cost when sizing chunks (s)
 _EVENT_OVERHEAD = 0.000003
 #: the most lanes in one chunk
 _MAX_CHUNK = 256
-#: a chunk still running after this long hands its remaining lanes back to the pool (s)
+#: a chunk whose handler calls took this long hands its remaining lanes back to the pool (s);
+#: handler time, not wall time: waiting for the GIL is no sign the handler got slower
 _CHUNK_OVERRUN = 0.005
 
 
@@ -490,17 +495,19 @@ class Processor:
         work = self._work.get(topic)
         if work is None:
             self._work[topic] = work = [0.0, 0.0]
-        work[0] = work[0] * 0.8 + seconds
-        work[1] = work[1] * 0.8 + events
+        work[0] = work[0] * _COST_DECAY + seconds
+        work[1] = work[1] * _COST_DECAY + events
         self._cost[topic] = work[0] / work[1]
 
     def _hand_back(
         self, heads: list[tuple[_Lane, Event, PartitionState]], ran: int, seconds: float
     ) -> list[tuple[_Lane, Event, PartitionState]]:
-        """The chunk overran its budget (the handler got slower than measured): learn the new
-        cost, give the heads not yet run back to the pool in chunks of that cost, and return
-        those that ran."""
-        self._learn(heads[0][0].spec.topic, ran, seconds)
+        """The chunk's handler calls overran its budget (the handler got slower than measured):
+        take their cost as the estimate (strong evidence: the history is dropped), give the
+        heads not yet run back to the pool in chunks of that cost, and return those that ran."""
+        topic = heads[0][0].spec.topic
+        self._work.pop(topic, None)
+        self._learn(topic, ran, seconds)
         rest = heads[ran:]
         with self._lock:
             for _, _, state in rest:
@@ -631,10 +638,11 @@ class Processor:
                     chunk = more
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 self._halt(exc)
-            if len(self._threads) > self._allowed() + 2:
-                # the handler got cheaper (or one measurement was off): fewer threads will do
+            if len(self._threads) > 2 * self._allowed() + 2:
+                # the handler got cheaper: fewer threads will do (with slack, so a cost near a
+                # boundary does not start and stop threads over and over)
                 with lock:
-                    if len(self._threads) > self._allowed() + 2 and not self._closed:
+                    if len(self._threads) > 2 * self._allowed() + 2 and not self._closed:
                         self._threads.remove(threading.current_thread())
                         return
 
@@ -647,10 +655,10 @@ class Processor:
         metrics, perf = self._metrics, time.perf_counter
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
-        started, busy = perf(), 0.0
+        busy = 0.0
         for i, item in enumerate(heads):
             lane, ev, state = item
-            if i and perf() - started > _CHUNK_OVERRUN:
+            if busy > _CHUNK_OVERRUN and i:
                 heads = self._hand_back(heads, i, busy)
                 break
             if self.fatal is not None:
@@ -754,10 +762,10 @@ class Processor:
         metrics, perf = self._metrics, time.perf_counter
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
-        started, busy = perf(), 0.0
+        busy = 0.0
         for i, item in enumerate(heads):
             lane, ev, state = item
-            if i and perf() - started > _CHUNK_OVERRUN:
+            if busy > _CHUNK_OVERRUN and i:
                 heads = self._hand_back(heads, i, busy)
                 break
             if self.fatal is not None:

@@ -96,6 +96,8 @@ class KafkaSource:
             # the client's prefetch is memory too: bound it by the backpressure byte cap (a
             # quarter of it, 1..64 MB), so a deep backlog costs no more than a shallow one
             "queued.max.messages.kbytes": min(65_536, max(1_024, backpressure.max_bytes // 4096)),
+            # with that bound, a full queue must not stall the fetcher for the 1 s default
+            "fetch.queue.backoff.ms": 100,
             **config,
             "on_commit": self._on_commit,
         }

@@ -58,6 +58,10 @@ _INITIAL_COST = 0.001
 _COST_DECAY = 0.98
 #: the engine's own work per event, added to the handler's cost when sizing chunks (s)
 _EVENT_OVERHEAD = 0.000003
+#: a plain handler cheaper than this per event (engine work included) runs on the consumer
+#: thread that submitted it, for up to _INLINE_BUDGET per batch (s)
+_INLINE_COST = 0.00005
+_INLINE_BUDGET = 0.005
 #: the most lanes in one chunk
 _MAX_CHUNK = 256
 #: a chunk whose handler calls took this long hands its remaining lanes back to the pool (s);
@@ -218,7 +222,7 @@ class Processor:
             self.events_in_memory += accepted
             self.bytes_in_memory += nbytes
         if to_dispatch:
-            self._dispatch(to_dispatch)
+            self._dispatch(to_dispatch, inline=True)
         return accepted
 
     def positions(self) -> dict[TopicPartition, int]:
@@ -344,7 +348,7 @@ class Processor:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, lanes: list[_Lane]) -> None:
+    def _dispatch(self, lanes: list[_Lane], inline: bool = False) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
 
         Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
@@ -352,6 +356,12 @@ class Processor:
         as many lanes as fit in :data:`_CHUNK_BUDGET` at the handler's measured cost: one
         lane for a slow or unmeasured handler (every lane runs concurrently), hundreds for
         a no-op. Async chunks dispatched from another thread wake the loop once.
+
+        ``inline`` (from :meth:`submit`): chunks of a plain handler measured cheaper than
+        :data:`_INLINE_COST` run right here, on the consumer thread, for up to
+        :data:`_INLINE_BUDGET`: a hand-off to a worker thread would cost more than the
+        handler, and the two threads would fight over the GIL. What is left goes to the
+        workers.
         """
         groups: dict[str, list[_Lane]] = {}
         now: float | None = None
@@ -379,10 +389,13 @@ class Processor:
                 [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
             )
             if not spec.is_async:
+                if inline and cost < _INLINE_COST:
+                    chunks = self._run_inline(chunks)
                 put = self._ready.put
                 for chunk in chunks:
                     put(chunk)
-                self._grow()
+                if chunks:
+                    self._grow()
                 continue
             loop, aready = self._loop, self._aready
             assert loop is not None and aready is not None
@@ -391,6 +404,21 @@ class Processor:
                     aready.put_nowait(chunk)
             else:
                 loop.call_soon_threadsafe(_put_all, aready, chunks)
+
+    def _run_inline(self, chunks: list[list[_Lane]]) -> list[list[_Lane]]:
+        """Run chunks on this thread until the inline budget is spent; return what is left."""
+        perf = time.perf_counter
+        deadline = perf() + _INLINE_BUDGET
+        left: list[list[_Lane]] = []
+        try:
+            for chunk in chunks:
+                while chunk and perf() < deadline:
+                    chunk = self._run_chunk(chunk)
+                if chunk:
+                    left.append(chunk)
+        except Exception as exc:  # a bug in the engine itself: stop rather than lose work
+            self._halt(exc)
+        return left
 
     def _grow(self) -> None:
         """Start worker threads while more chunks wait than idle workers, up to ``concurrency``.

@@ -415,3 +415,30 @@ def test_a_handler_turning_slow_hands_its_chunk_back(
     assert sorted(done) == list(range(20_200))
     # the chunk that met the slow handler gave its other lanes back: they ran side by side
     assert peak[0] >= 12
+
+
+def test_cheap_plain_handlers_run_on_the_submitting_thread_until_one_is_slow(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    slow = threading.Event()
+    ran_on: dict[int, str] = {}
+
+    def handle(ev: Event) -> None:
+        ran_on[ev.offset] = threading.current_thread().name
+        if slow.is_set():
+            time.sleep(0.02)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=8, partitions=1)
+    me = threading.current_thread().name
+    proc.submit([Event("t", 0, i, f"k{i}".encode(), b"0") for i in range(2_000)])  # measured cheap
+    assert proc.drain(10)
+    proc.submit([Event("t", 0, 2_000 + i, f"k{i}".encode(), b"0") for i in range(500)])
+    assert proc.drain(10)
+    # no hand-off for a no-op: the submitter (the consumer thread in an app) ran them
+    assert sum(1 for o in range(2_000, 2_500) if ran_on[o] == me) > 250
+    slow.set()
+    proc.submit([Event("t", 0, 2_500 + i, f"k{i}".encode(), b"0") for i in range(50)])
+    # the first slow call overran the chunk: the rest went to the workers, not this thread
+    assert sum(1 for o in range(2_500, 2_550) if ran_on.get(o) == me) <= 1
+    assert proc.drain(10)
+    assert sorted(ran_on) == list(range(2_550))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laneway import Delay, HandlerFailed, Retry
+from laneway import ConfigError, Delay, HandlerFailed, Retry
 from laneway.engine import processor as processor_module
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
@@ -442,3 +442,36 @@ def test_cheap_plain_handlers_run_on_the_submitting_thread_until_one_is_slow(
     assert sum(1 for o in range(2_500, 2_550) if ran_on.get(o) == me) <= 1
     assert proc.drain(10)
     assert sorted(ran_on) == list(range(2_550))
+
+
+@pytest.mark.parametrize("kind", ["auto", "asyncio", "uvloop"])
+def test_the_async_pool_runs_on_the_chosen_event_loop(kind: str) -> None:
+    seen: list[str] = []
+
+    async def handle(ev: Event) -> None:
+        seen.append(type(asyncio.get_running_loop()).__module__)
+
+    proc = Processor(
+        {"t": HandlerSpec(topic="t", fn=handle)},
+        concurrency=4,
+        dead_letters=FakeDeadLetters(),
+        event_loop=kind,  # type: ignore[arg-type]
+    )
+    try:
+        proc.assign([("t", 0)])
+        proc.submit([Event("t", 0, 0, b"k", b"v")])
+        assert proc.drain(10)
+        # uvloop is a dependency on this platform, so "auto" picks it
+        assert seen == ["asyncio.unix_events" if kind == "asyncio" else "uvloop"]
+    finally:
+        proc.close()
+
+
+def test_an_unknown_event_loop_names_the_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        Processor(
+            {"t": HandlerSpec(topic="t", fn=lambda ev: None)},
+            dead_letters=FakeDeadLetters(),
+            event_loop="trio",  # type: ignore[arg-type]
+        )
+    assert info.value.field == "event_loop"

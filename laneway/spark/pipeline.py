@@ -20,9 +20,10 @@ on the driver (log listing, planning, commit), and side by side those waits over
 
 Triggers: ``available-now`` backfills and stops. For a continuous run use a processing-time
 trigger of ``STREAMING_TRIGGER`` (10 s) or more: a record waits up to one interval for its
-batch to start and then for the batch's MERGEs (a small batch takes 2-5 s on two shared
-cores), so freshness p99 is about interval + batch time, within two intervals as long as a
-batch takes less than one. Shorter intervals buy little: the MERGEs' fixed cost per batch
+batch to start and then for the batch's MERGEs (a batch of a few hundred records took 3-4 s
+on two quiet cores, ~9 s on the shared benchmark box: mostly a fixed cost per batch), so
+freshness p99 is about interval + batch time, within two intervals as long as a batch
+takes less than one. Shorter intervals buy little: the MERGEs' fixed cost per batch
 stays, each batch adds Delta files and log entries, and below the batch time the query
 simply runs back to back, later than asked.
 

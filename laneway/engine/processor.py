@@ -312,7 +312,8 @@ class Processor:
 
     def alive(self) -> str | None:
         """None while every worker is running, else what stopped."""
-        if any(not t.is_alive() for t in self._threads) and not self._closed:
+        # a thread appended by _grow but not started yet has no ident: it is not dead
+        if any(t.ident is not None and not t.is_alive() for t in list(self._threads)) and not self._closed:
             return "a worker thread has stopped"
         if self._loop_thread is not None and not self._loop_thread.is_alive() and not self._closed:
             return "the asyncio worker loop has stopped"

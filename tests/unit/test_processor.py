@@ -475,3 +475,21 @@ def test_an_unknown_event_loop_names_the_field() -> None:
             event_loop="trio",  # type: ignore[arg-type]
         )
     assert info.value.field == "event_loop"
+
+
+def test_workers_starting_on_demand_are_not_reported_dead(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    proc, _ = make(HandlerSpec(topic="t", fn=lambda ev: time.sleep(0.02)), concurrency=64)
+    problems: set[str] = set()
+    for round_ in range(5):
+        evs = events(64, keys=64)
+        for ev in evs:
+            ev.offset += 64 * round_
+        proc.submit(evs)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            if (problem := proc.alive()) is not None:
+                problems.add(problem)
+        assert proc.drain(10)
+    assert problems == set()

@@ -493,3 +493,27 @@ def test_workers_starting_on_demand_are_not_reported_dead(
                 problems.add(problem)
         assert proc.drain(10)
     assert problems == set()
+
+
+def test_threads_follow_the_handler_cost_up_and_back_down(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    slow = threading.Event()
+    slow.set()
+
+    def handle(ev: Event) -> None:
+        if slow.is_set():
+            time.sleep(0.01)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=32, partitions=1)
+    proc.submit([Event("t", 0, i, f"k{i}".encode(), b"0") for i in range(256)])
+    assert proc.drain(20)
+    grown = len(proc._threads)
+    assert grown > 16  # a 10 ms handler: threads up to concurrency
+    slow.clear()
+    for r in range(20):  # a no-op now: its cost history fades, threads past the need retire
+        base = 256 + r * 10_000
+        # 10,000 no-ops outlast the submitter's 5 ms inline budget: the rest go to the workers
+        proc.submit([Event("t", 0, base + i, f"k{i}".encode(), b"0") for i in range(10_000)])
+        assert proc.drain(20)
+    assert len(proc._threads) < grown / 2

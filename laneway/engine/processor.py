@@ -138,9 +138,9 @@ class Processor:
         self._timer = Timer(clock)
 
         self._ready: queue.SimpleQueue[list[_Lane] | None] = queue.SimpleQueue()
-        #: per topic, the measured seconds a handler call costs (an EWMA): sizes the chunks
-        self._cost: dict[str, float] = {}
-        self._work: dict[str, list[float]] = {}  # per topic: decayed [seconds, events]
+        #: per topic, the handler's measured cost as decayed [seconds, events] (see _learn):
+        #: sizes the chunks and the thread pool
+        self._work: dict[str, list[float]] = {}
         # worker threads start on demand, up to ``concurrency`` (as ThreadPoolExecutor's): a cheap
         # handler's chunks keep a few busy, and idle threads cost no stack memory
         self._threads: list[threading.Thread] = []
@@ -384,7 +384,8 @@ class Processor:
                 group.append(lane)
         for topic, group in groups.items():
             spec = group[0].spec
-            cost = self._cost.get(topic, _INITIAL_COST) + _EVENT_OVERHEAD
+            work = self._work.get(topic)
+            cost = (work[0] / work[1] if work else _INITIAL_COST) + _EVENT_OVERHEAD
             size = max(1, min(_MAX_CHUNK, int(_CHUNK_BUDGET / cost)))
             chunks = (
                 [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
@@ -454,9 +455,9 @@ class Processor:
 
     def _allowed(self) -> int:
         """How many worker threads the measured handler costs call for (see :meth:`_grow`)."""
-        if not self._cost:
+        if not self._work:
             return self._max_threads
-        cost = max(self._cost.values())
+        cost = max(w[0] / w[1] for w in list(self._work.values()))
         return max(2, min(self._max_threads, math.ceil(self._max_threads * cost / _CHUNK_BUDGET)))
 
     def _park(self, due: float, lane: _Lane) -> None:
@@ -523,10 +524,11 @@ class Processor:
         for the GIL, would make a cheap handler look slow."""
         work = self._work.get(topic)
         if work is None:
-            self._work[topic] = work = [0.0, 0.0]
+            # published whole: other threads divide by work[1] without the lock
+            self._work[topic] = [seconds, float(events)]
+            return
         work[0] = work[0] * _COST_DECAY + seconds
         work[1] = work[1] * _COST_DECAY + events
-        self._cost[topic] = work[0] / work[1]
 
     def _hand_back(
         self, heads: list[tuple[_Lane, Event, PartitionState]], ran: int, seconds: float

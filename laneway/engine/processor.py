@@ -118,6 +118,9 @@ class Processor:
         if not handlers:
             raise ConfigError("handlers", "at least one handler must be registered")
         self._handlers = dict(handlers)
+        self._direct_ok = frozenset(
+            t for t, sp in self._handlers.items() if not sp.is_async and sp.delay is None and sp.timeout is None
+        )
         self._concurrency = concurrency
         self._dead_letters = dead_letters
         self._metrics: Metrics = metrics or NoopMetrics()
@@ -125,6 +128,7 @@ class Processor:
         self._on_fatal = on_fatal
         self._new_loop = _loop_factory(event_loop)
         self._lock = threading.Lock()
+        self._submit_lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0
         self._lanes: dict[Hashable, _Lane] = {}
@@ -184,46 +188,157 @@ class Processor:
         """Queue events (in partition order). Events of unassigned partitions are ignored.
 
         Returns how many were accepted.
+
+        An event of a cheap plain handler whose lane is idle runs right here, without a lane
+        (see :meth:`_run_direct`); submitters take turns (``_submit_lock``), so a key that has
+        no lane gets none from another thread meanwhile.
         """
         if self._closed:
             raise EngineStopped("the processor is closed")
         to_dispatch: list[_Lane] = []
+        direct: list[tuple[Event, PartitionState, HandlerSpec, Hashable]] = []
         accepted = nbytes = 0
         states, lanes, handlers = self._states, self._lanes, self._handlers
+        here = self._direct_topics()
         last: tuple[str, int] | None = None
         state: PartitionState | None = None
         spec: HandlerSpec | None = None
-        with self._lock:
-            for ev in events:
-                topic, partition = ev.topic, ev.partition
-                if last is None or partition != last[1] or topic != last[0]:
-                    # a poll batch comes in runs of one partition: look its state up once per run
-                    last = (topic, partition)
-                    state, spec = states.get(last), handlers.get(topic)
-                if state is None or spec is None:
-                    continue
-                state.tracker.add(ev.offset)
-                accepted += 1
-                nbytes += ev.size
-                ordering = spec.ordering
-                if ordering == "key" and ev.key is not None:
-                    lane_id: Hashable = (topic, ev.key)
-                elif ordering == "unordered":
-                    to_dispatch.append(_new_lane(None, spec, (ev, state)))
-                    continue
-                else:
-                    lane_id = (topic, partition, None)
-                lane = lanes.get(lane_id)
-                if lane is None:
-                    lane = lanes[lane_id] = _new_lane(lane_id, spec, (ev, state))
+        run_here = False
+        with self._submit_lock:
+            with self._lock:
+                for ev in events:
+                    topic, partition = ev.topic, ev.partition
+                    if last is None or partition != last[1] or topic != last[0]:
+                        # a poll batch comes in runs of one partition: look its state up once per run
+                        last = (topic, partition)
+                        state, spec = states.get(last), handlers.get(topic)
+                        run_here = topic in here
+                    if state is None or spec is None:
+                        continue
+                    state.tracker.add(ev.offset)
+                    accepted += 1
+                    nbytes += ev.size
+                    ordering = spec.ordering
+                    if ordering == "key" and ev.key is not None:
+                        lane_id: Hashable = (topic, ev.key)
+                    elif ordering == "unordered":
+                        lane_id = None
+                    else:
+                        lane_id = (topic, partition, None)
+                    if lane_id is not None:
+                        lane = lanes.get(lane_id)
+                        if lane is not None:
+                            lane.append((ev, state))
+                            continue
+                    if run_here:
+                        state.running += 1
+                        direct.append((ev, state, spec, lane_id))
+                        continue
+                    lane = _new_lane(lane_id, spec, (ev, state))
+                    if lane_id is not None:
+                        lanes[lane_id] = lane
                     to_dispatch.append(lane)
-                else:
-                    lane.append((ev, state))
-            self.events_in_memory += accepted
-            self.bytes_in_memory += nbytes
+                self.events_in_memory += accepted
+                self.bytes_in_memory += nbytes
+            left = self._run_direct(direct) if direct else None
+        if left:
+            self._dispatch(left)
         if to_dispatch:
             self._dispatch(to_dispatch, inline=True)
         return accepted
+
+    def _direct_topics(self) -> frozenset[str]:
+        """Topics whose events may run on the submitting thread: a plain handler, no delay, no
+        timeout (the watchdog watches workers), measured cheaper than :data:`_INLINE_COST`."""
+        work = self._work
+        return frozenset(
+            t
+            for t in self._direct_ok
+            if (w := work.get(t)) is not None and w[0] / w[1] + _EVENT_OVERHEAD < _INLINE_COST
+        )
+
+    def _run_direct(self, direct: list[tuple[Event, PartitionState, HandlerSpec, Hashable]]) -> list[_Lane]:
+        """Run events of idle lanes right here, in order, without making lanes for them.
+
+        For a cheap handler a lane (created, queued, taken, finished, dropped) costs more than
+        the handler. Running here keeps each key's order: the events are in partition order,
+        and a key whose event is queued in a lane is never run here (its later events queue
+        behind). It stops at the first failure, at the inline budget (:data:`_INLINE_BUDGET`),
+        or when a lane shows up for a key: the rest, the failed event first, go into lanes as
+        :meth:`submit` would have put them, and the failed one takes the usual retry or
+        dead-letter path. Returns the lanes to dispatch.
+        """
+        perf, lanes, metrics = time.perf_counter, self._lanes, self._metrics
+        deadline = perf() + _INLINE_BUDGET
+        failure: BaseException | None = None
+        done = ran = 0
+        busy = 0.0
+        topic = direct[0][0].topic
+        for ev, state, spec, lane_id in direct:
+            if ev.topic != topic:
+                if ran:
+                    self._learn(topic, ran, busy)
+                topic, busy, ran = ev.topic, 0.0, 0
+            if state.revoked:
+                done += 1  # dropped, as a worker would drop it (see _finish_direct)
+                continue
+            t0 = perf()
+            if t0 > deadline or self.fatal is not None or (lane_id is not None and lane_id in lanes):
+                break
+            try:
+                if spec.deserializer is not None:
+                    ev.payload = _deserialize(spec, ev)
+                spec.fn(ev)
+            except BaseException as exc:
+                busy += perf() - t0
+                failure = exc
+                break
+            took = perf() - t0
+            busy += took
+            metrics.processed(topic, took)
+            done += 1
+            ran += 1
+        if ran:
+            self._learn(topic, ran, busy)
+        rest = direct[done:]
+        more: list[_Lane] = []
+        failed: _Lane | None = None
+        with self._lock:
+            self._finish_direct(direct[:done])
+            for i, (ev, state, spec, lane_id) in enumerate(rest):
+                lane = lanes.get(lane_id) if lane_id is not None else None
+                if lane is not None:
+                    lane.append((ev, state))
+                else:
+                    lane = _new_lane(lane_id, spec, (ev, state))
+                    if lane_id is not None:
+                        lanes[lane_id] = lane
+                    if i == 0 and failure is not None:
+                        failed = lane  # still running: its outcome decides below
+                        continue
+                    more.append(lane)
+                state.running -= 1
+            if self._waiters:
+                self._changed.notify_all()
+        if failed is not None and failure is not None:
+            ev, state = failed[0]
+            self._after(failed, ev, state, failure)
+        return more
+
+    def _finish_direct(self, ran: list[tuple[Event, PartitionState, HandlerSpec, Hashable]]) -> None:
+        """:meth:`_finish` for events run by :meth:`_run_direct` (the lock is held)."""
+        count = size = 0
+        for ev, state, _, _ in ran:
+            state.running -= 1
+            count += 1
+            size += ev.size
+            if state.revoked:
+                continue
+            state.tracker.done(ev.offset)
+            if ev.outputs:
+                state.outputs.append((ev.offset, ev.outputs))
+        self.events_in_memory -= count
+        self.bytes_in_memory -= size
 
     def positions(self) -> dict[TopicPartition, int]:
         """Commit positions that moved since the last call, per assigned partition."""

@@ -520,3 +520,89 @@ def test_threads_follow_the_handler_cost_up_and_back_down(
         proc.submit([Event("t", 0, base + i, f"k{i}".encode(), b"0") for i in range(10_000)])
         assert proc.drain(20)
     assert len(proc._threads) < grown / 2
+
+
+def _counting_lanes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    made = [0]
+    new_lane = processor_module._new_lane
+
+    def counting(*args: object) -> object:
+        made[0] += 1
+        return new_lane(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processor_module, "_new_lane", counting)
+    return made
+
+
+def test_a_cheap_handler_runs_idle_keys_without_making_lanes(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)  # see the test above
+    ran: list[tuple[int, str]] = []
+    proc, _ = make(HandlerSpec(topic="t", fn=lambda ev: ran.append((ev.offset, threading.current_thread().name))))
+    proc.submit(events(200, keys=50))  # not measured yet: lanes, on the workers
+    assert proc.drain(10)
+    made = _counting_lanes(monkeypatch)
+    batch = events(400, keys=50)
+    for ev in batch:
+        ev.offset += 100  # events() spreads 200 over 2 partitions: 100 each
+    proc.submit(batch)
+    assert proc.drain(10)
+    assert made[0] == 0
+    me = threading.current_thread().name
+    assert [o for o, name in ran[200:] if name != me] == []
+    assert sorted(o for o, _ in ran[200:]) == sorted(ev.offset for ev in batch)
+    assert proc.final_positions() == {("t", 0): 300, ("t", 1): 300}
+
+
+def test_running_on_the_submitter_keeps_each_key_in_order_through_failures(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)
+    rng = random.Random(7)
+    succeeded: dict[bytes, list[int]] = {}
+    lock = threading.Lock()
+
+    def handle(ev: Event) -> None:
+        if ev.attempt == 1 and rng.random() < 0.05:
+            raise ValueError("flaky source")
+        with lock:
+            succeeded.setdefault(ev.key or b"", []).append(int(ev.value or b"0"))
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=5, initial_backoff=0.001, max_backoff=0.01))
+    proc, sink = make(spec, concurrency=8, partitions=4)
+    evs = events(20_000, keys=100, partitions=4)
+    for i in range(0, len(evs), 500):
+        proc.submit(evs[i : i + 500])
+    assert proc.drain(30)
+    assert sink.sent == []
+    expected: dict[bytes, list[int]] = {}
+    for ev in evs:
+        expected.setdefault(ev.key or b"", []).append(int(ev.value or b"0"))
+    assert succeeded == expected  # every event once, each key in submit order
+    assert proc.final_positions() == {("t", p): 5_000 for p in range(4)}
+
+
+def test_a_key_waiting_on_a_retry_is_not_overtaken_by_its_next_event(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)
+    order: list[tuple[bytes | None, int, int]] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"hot" and ev.offset == 1_000 and ev.attempt == 1:
+            raise ValueError("not yet")
+        order.append((ev.key, ev.offset, ev.attempt))
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(initial_backoff=0.3, jitter=0.0))
+    proc, _ = make(spec, partitions=1)
+    proc.submit([Event("t", 0, i, f"k{i}".encode(), b"0") for i in range(1_000)])  # measured cheap
+    assert proc.drain(10)
+    proc.submit([Event("t", 0, 1_000, b"hot", b"0")])  # fails: its lane waits 0.3 s to retry
+    proc.submit([Event("t", 0, 1_001, b"hot", b"0"), Event("t", 0, 1_002, b"cold", b"0")])
+    assert (b"cold", 1_002, 1) in order  # another key is not held up
+    assert [o for k, o, _ in order if k == b"hot"] == []
+    assert proc.final_positions() == {("t", 0): 1_000}  # the commit waits for the retry
+    assert proc.drain(10)
+    assert [(o, a) for k, o, a in order if k == b"hot"] == [(1_000, 2), (1_001, 1)]
+    assert proc.final_positions() == {("t", 0): 1_003}

@@ -119,7 +119,7 @@ class Processor:
             raise ConfigError("handlers", "at least one handler must be registered")
         self._handlers = dict(handlers)
         self._direct_ok = frozenset(
-            t for t, sp in self._handlers.items() if not sp.is_async and sp.delay is None and sp.timeout is None
+            t for t, sp in self._handlers.items() if not (sp.is_async or sp.delay or sp.timeout)
         )
         self._concurrency = concurrency
         self._dead_letters = dead_letters
@@ -263,8 +263,9 @@ class Processor:
         For a cheap handler a lane (created, queued, taken, finished, dropped) costs more than
         the handler. Running here keeps each key's order: the events are in partition order,
         and a key whose event is queued in a lane is never run here (its later events queue
-        behind). It stops at the first failure, at the inline budget (:data:`_INLINE_BUDGET`),
-        or when a lane shows up for a key: the rest, the failed event first, go into lanes as
+        behind). No lane appears meanwhile for a key run here: lanes are made only by
+        :meth:`submit` and here, and submitters take turns. It stops at the first failure or
+        at the inline budget (:data:`_INLINE_BUDGET`): the rest, the failed event first, go into lanes as
         :meth:`submit` would have put them, and the failed one takes the usual retry or
         dead-letter path. Returns the lanes to dispatch.
         """
@@ -274,7 +275,7 @@ class Processor:
         done = ran = 0
         busy = 0.0
         topic = direct[0][0].topic
-        for ev, state, spec, lane_id in direct:
+        for ev, state, spec, _ in direct:
             if ev.topic != topic:
                 if ran:
                     self._learn(topic, ran, busy)
@@ -283,7 +284,7 @@ class Processor:
                 done += 1  # dropped, as a worker would drop it (see _finish_direct)
                 continue
             t0 = perf()
-            if t0 > deadline or self.fatal is not None or (lane_id is not None and lane_id in lanes):
+            if t0 > deadline or self.fatal is not None:
                 break
             try:
                 if spec.deserializer is not None:

@@ -539,7 +539,11 @@ def test_a_cheap_handler_runs_idle_keys_without_making_lanes(
 ) -> None:
     monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)  # see the test above
     ran: list[tuple[int, str]] = []
-    proc, _ = make(HandlerSpec(topic="t", fn=lambda ev: ran.append((ev.offset, threading.current_thread().name))))
+
+    def handle(ev: Event) -> None:
+        ran.append((ev.offset, threading.current_thread().name))
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle))
     proc.submit(events(200, keys=50))  # not measured yet: lanes, on the workers
     assert proc.drain(10)
     made = _counting_lanes(monkeypatch)
@@ -569,7 +573,8 @@ def test_running_on_the_submitter_keeps_each_key_in_order_through_failures(
         with lock:
             succeeded.setdefault(ev.key or b"", []).append(int(ev.value or b"0"))
 
-    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=5, initial_backoff=0.001, max_backoff=0.01))
+    retry = Retry(max_attempts=5, initial_backoff=0.001, max_backoff=0.01)
+    spec = HandlerSpec(topic="t", fn=handle, retry=retry)
     proc, sink = make(spec, concurrency=8, partitions=4)
     evs = events(20_000, keys=100, partitions=4)
     for i in range(0, len(evs), 500):

@@ -69,7 +69,9 @@ def test_poison_record_is_dead_lettered_and_its_key_waits(
 ) -> None:
     topic = make_topic(partitions=2)
     dlq = make_topic(partitions=1, prefix="dlq")
-    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    # idempotent: a produce retried under load must not reorder the records (the poison one
+    # is asserted at offset 0; it once landed at 2 on a loaded machine without it)
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
     p.produce(topic, key=b"bad", value=b"poison", headers=[("trace", b"abc")])
     for i in range(5):
         p.produce(topic, key=b"bad", value=f"after-{i}".encode())

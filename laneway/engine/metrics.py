@@ -1,7 +1,8 @@
 """The engine's metric hooks: a small protocol with a no-op default.
 
 The Prometheus implementation lives in :mod:`laneway.ops.metrics`; the engine only
-calls these methods. Hot-path calls (``processed``) must be cheap.
+calls these methods. Hot-path calls (``processed``) must be cheap: the engine reports a
+run of events in one call.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ __all__ = ["Metrics", "NoopMetrics"]
 
 
 class Metrics(Protocol):
-    def processed(self, topic: str, seconds: float) -> None:
-        """An event finished successfully after ``seconds`` in its handler."""
+    def processed(self, topic: str, seconds: list[float]) -> None:
+        """Events finished successfully, after these ``seconds`` each in their handler."""
 
     def failed_attempt(self, topic: str, error_type: str) -> None:
         """A handler attempt raised."""
@@ -35,7 +36,7 @@ class Metrics(Protocol):
 class NoopMetrics:
     """Metrics that go nowhere: the default for library use and unit tests."""
 
-    def processed(self, topic: str, seconds: float) -> None:
+    def processed(self, topic: str, seconds: list[float]) -> None:
         pass
 
     def failed_attempt(self, topic: str, error_type: str) -> None:

@@ -272,14 +272,16 @@ class Processor:
         perf, lanes, metrics = time.perf_counter, self._lanes, self._metrics
         deadline = perf() + _INLINE_BUDGET
         failure: BaseException | None = None
-        done = ran = 0
+        done = 0
         busy = 0.0
+        took: list[float] = []
         topic = direct[0][0].topic
         for ev, state, spec, _ in direct:
             if ev.topic != topic:
-                if ran:
-                    self._learn(topic, ran, busy)
-                topic, busy, ran = ev.topic, 0.0, 0
+                if took:
+                    self._learn(topic, len(took), busy)
+                    metrics.processed(topic, took)
+                topic, busy, took = ev.topic, 0.0, []
             if state.revoked:
                 done += 1  # dropped, as a worker would drop it (see _finish_direct)
                 continue
@@ -294,13 +296,13 @@ class Processor:
                 busy += perf() - t0
                 failure = exc
                 break
-            took = perf() - t0
-            busy += took
-            metrics.processed(topic, took)
+            t1 = perf()
+            busy += t1 - t0
+            took.append(t1 - t0)
             done += 1
-            ran += 1
-        if ran:
-            self._learn(topic, ran, busy)
+        if took:
+            self._learn(topic, len(took), busy)
+            metrics.processed(topic, took)
         rest = direct[done:]
         more: list[_Lane] = []
         failed: _Lane | None = None
@@ -803,6 +805,7 @@ class Processor:
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
         busy = 0.0
+        took: list[float] = []  # handler seconds of each success, for the metrics
         for i, item in enumerate(heads):
             lane, ev, state = item
             if busy > _CHUNK_OVERRUN and i:
@@ -826,9 +829,9 @@ class Processor:
                 busy += perf() - t0
                 failed.append((lane, ev, state, exc))
             else:
-                took = perf() - t0
-                busy += took
-                metrics.processed(ev.topic, took)
+                t1 = perf()
+                busy += t1 - t0
+                took.append(t1 - t0)
                 ok.append(item)
             if watch is not None:
                 self._watched.pop(threading.get_ident(), None)
@@ -844,6 +847,8 @@ class Processor:
                     )
         else:
             self._learn(heads[0][0].spec.topic, len(heads), busy)
+        if took:
+            metrics.processed(heads[0][0].spec.topic, took)  # a chunk is of one topic
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             self._after(lane, ev, state, err)
@@ -910,6 +915,7 @@ class Processor:
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
         busy = 0.0
+        took: list[float] = []  # handler seconds of each success, for the metrics
         for i, item in enumerate(heads):
             lane, ev, state = item
             if busy > _CHUNK_OVERRUN and i:
@@ -944,15 +950,17 @@ class Processor:
                 logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
             except BaseException as exc:
                 err = exc
-            took = perf() - t0
-            busy += took
+            t1 = perf()
+            busy += t1 - t0
             if err is None:
-                metrics.processed(ev.topic, took)
+                took.append(t1 - t0)
                 ok.append(item)
             else:
                 failed.append((lane, ev, state, err))
         else:
             self._learn(heads[0][0].spec.topic, len(heads), busy)
+        if took:
+            metrics.processed(heads[0][0].spec.topic, took)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             if self._needs_thread(lane, ev, err):

@@ -48,7 +48,8 @@ class _ProcessedCollector(Collector):
     """``records_processed`` and ``processing_seconds`` without a lock per record.
 
     Each worker thread counts into its own arrays (count, sum, one slot per bucket);
-    a scrape adds them up. This keeps the hot path to a bisect and three additions.
+    a scrape adds them up. The engine reports a run of events at once, so the hot path is a
+    comparison and an addition per event (a bisect for the few slower than the first bucket).
     """
 
     def __init__(self) -> None:
@@ -56,7 +57,7 @@ class _ProcessedCollector(Collector):
         self._all: list[dict[str, list[float]]] = []
         self._lock = threading.Lock()
 
-    def record(self, topic: str, seconds: float) -> None:
+    def record(self, topic: str, seconds: list[float]) -> None:
         try:
             mine: dict[str, list[float]] = self._local.stats
         except AttributeError:
@@ -66,9 +67,15 @@ class _ProcessedCollector(Collector):
         arr = mine.get(topic)
         if arr is None:
             arr = mine[topic] = [0.0] * (len(_BUCKETS) + 3)
-        arr[0] += 1
-        arr[1] += seconds
-        arr[2 + bisect_left(_BUCKETS, seconds)] += 1
+        arr[0] += len(seconds)
+        arr[1] += sum(seconds)
+        first, fast = _BUCKETS[0], 0
+        for took in seconds:
+            if took <= first:
+                fast += 1
+            else:
+                arr[2 + bisect_left(_BUCKETS, took)] += 1
+        arr[2] += fast
 
     def totals(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -117,7 +124,7 @@ class PrometheusMetrics(SourceMetrics):
         self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
 
     # engine hooks
-    def processed(self, topic: str, seconds: float) -> None:
+    def processed(self, topic: str, seconds: list[float]) -> None:
         self._processed.record(topic, seconds)
 
     def processed_count(self, topic: str) -> int:

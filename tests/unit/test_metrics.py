@@ -1,0 +1,52 @@
+"""The Prometheus metrics' own arithmetic: no broker, no HTTP."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import generate_latest
+
+from laneway.ops.metrics import PrometheusMetrics
+
+
+def _samples(metrics: PrometheusMetrics) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def test_processing_time_runs_land_in_their_buckets_from_every_thread() -> None:
+    metrics = PrometheusMetrics()
+    metrics.processed("t", [0.0001, 0.0005, 0.0007, 0.003, 0.7, 45.0])
+
+    def other_thread() -> None:
+        metrics.processed("t", [0.0002] * 10)
+        metrics.processed("u", [0.02])
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    s = _samples(metrics)
+    assert s["laneway_records_processed_total{topic=t}"] == 16
+    assert s["laneway_records_processed_total{topic=u}"] == 1
+    assert s["laneway_processing_seconds_count{topic=t}"] == 16
+    assert (
+        abs(
+            s["laneway_processing_seconds_sum{topic=t}"]
+            - (0.0001 + 0.0005 + 0.0007 + 0.003 + 0.7 + 45 + 0.002)
+        )
+        < 1e-9
+    )
+    # cumulative: 0.0005 falls in its own bucket (le is inclusive), 45 s only in +Inf
+    assert s["laneway_processing_seconds_bucket{le=0.0005,topic=t}"] == 12
+    assert s["laneway_processing_seconds_bucket{le=0.001,topic=t}"] == 13
+    assert s["laneway_processing_seconds_bucket{le=0.005,topic=t}"] == 14
+    assert s["laneway_processing_seconds_bucket{le=1.0,topic=t}"] == 15
+    assert s["laneway_processing_seconds_bucket{le=30.0,topic=t}"] == 15
+    assert s["laneway_processing_seconds_bucket{le=+Inf,topic=t}"] == 16
+    assert s["laneway_processing_seconds_bucket{le=0.025,topic=u}"] == 1
+    assert s["laneway_processing_seconds_bucket{le=0.01,topic=u}"] == 0
+    assert b"laneway_processing_seconds_bucket" in generate_latest(metrics.registry)

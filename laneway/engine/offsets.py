@@ -33,6 +33,33 @@ class OffsetTracker:
         self._pending.append(offset)
         self.highest = offset
 
+    def extend(self, offsets: list[int]) -> None:
+        """:meth:`add` for a run of offsets, given in increasing order."""
+        if offsets[0] <= self.highest:
+            raise ValueError(f"offset {offsets[0]} is not above the highest seen ({self.highest})")
+        self._pending.extend(offsets)
+        self.highest = offsets[-1]
+
+    def done_many(self, offsets: list[int]) -> None:
+        """:meth:`done` for each of ``offsets`` (each added, not yet done)."""
+        pending, done = self._pending, self._done
+        if (
+            not done
+            and len(offsets) == len(pending)
+            and pending[0] == offsets[0]
+            and pending[-1] == offsets[-1]
+        ):
+            # nothing else is in process: these are all that was (a batch run right through)
+            pending.clear()
+            return
+        for offset in offsets:
+            if pending and pending[0] == offset:
+                pending.popleft()
+            else:
+                done.add(offset)
+        while pending and pending[0] in done:
+            done.discard(pending.popleft())
+
     def done(self, offset: int) -> None:
         pending = self._pending
         if pending and pending[0] == offset:

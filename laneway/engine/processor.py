@@ -88,6 +88,16 @@ class _Lane(deque[tuple[Event, PartitionState]]):
     spec: HandlerSpec
 
 
+def _lane_id(spec: HandlerSpec, ev: Event) -> Hashable:
+    """The lane ``ev`` runs in (:meth:`Processor.submit` inlines this): None for a lane of its
+    own (``unordered``)."""
+    if spec.ordering == "key" and ev.key is not None:
+        return (ev.topic, ev.key)
+    if spec.ordering == "unordered":
+        return None
+    return (ev.topic, ev.partition, None)
+
+
 def _new_lane(lane_id: Hashable, spec: HandlerSpec, item: tuple[Event, PartitionState]) -> _Lane:
     lane = _Lane((item,))
     lane.id = lane_id
@@ -196,7 +206,9 @@ class Processor:
         if self._closed:
             raise EngineStopped("the processor is closed")
         to_dispatch: list[_Lane] = []
-        direct: list[tuple[Event, PartitionState, HandlerSpec, Hashable]] = []
+        # events to run here, and where each run of one partition starts among them
+        direct: list[Event] = []
+        runs: list[tuple[PartitionState, HandlerSpec, int]] = []
         accepted = nbytes = 0
         states, lanes, handlers = self._states, self._lanes, self._handlers
         here = self._direct_topics()
@@ -204,18 +216,24 @@ class Processor:
         state: PartitionState | None = None
         spec: HandlerSpec | None = None
         run_here = False
+        offsets: list[int] = []  # of the current run, for its tracker
         with self._submit_lock:
             with self._lock:
                 for ev in events:
                     topic, partition = ev.topic, ev.partition
                     if last is None or partition != last[1] or topic != last[0]:
                         # a poll batch comes in runs of one partition: look its state up once per run
+                        if offsets and state is not None:
+                            state.tracker.extend(offsets)
+                            offsets = []
                         last = (topic, partition)
                         state, spec = states.get(last), handlers.get(topic)
                         run_here = topic in here
+                        if run_here and state is not None and spec is not None:
+                            runs.append((state, spec, len(direct)))
                     if state is None or spec is None:
                         continue
-                    state.tracker.add(ev.offset)
+                    offsets.append(ev.offset)
                     accepted += 1
                     nbytes += ev.size
                     ordering = spec.ordering
@@ -231,16 +249,19 @@ class Processor:
                             lane.append((ev, state))
                             continue
                     if run_here:
-                        state.running += 1
-                        direct.append((ev, state, spec, lane_id))
+                        direct.append(ev)
                         continue
                     lane = _new_lane(lane_id, spec, (ev, state))
                     if lane_id is not None:
                         lanes[lane_id] = lane
                     to_dispatch.append(lane)
+                if offsets and state is not None:
+                    state.tracker.extend(offsets)
+                for i, (state, _, first) in enumerate(runs):
+                    state.running += (runs[i + 1][2] if i + 1 < len(runs) else len(direct)) - first
                 self.events_in_memory += accepted
                 self.bytes_in_memory += nbytes
-            left = self._run_direct(direct) if direct else None
+            left = self._run_direct(direct, runs) if direct else None
         if left:
             self._dispatch(left)
         if to_dispatch:
@@ -257,7 +278,9 @@ class Processor:
             if (w := work.get(t)) is not None and w[0] / w[1] + _EVENT_OVERHEAD < _INLINE_COST
         )
 
-    def _run_direct(self, direct: list[tuple[Event, PartitionState, HandlerSpec, Hashable]]) -> list[_Lane]:
+    def _run_direct(
+        self, direct: list[Event], runs: list[tuple[PartitionState, HandlerSpec, int]]
+    ) -> list[_Lane]:
         """Run events of idle lanes right here, in order, without making lanes for them.
 
         For a cheap handler a lane (created, queued, taken, finished, dropped) costs more than
@@ -265,62 +288,54 @@ class Processor:
         and a key whose event is queued in a lane is never run here (its later events queue
         behind). No lane appears meanwhile for a key run here: lanes are made only by
         :meth:`submit` and here, and submitters take turns. It stops at the first failure or
-        at the inline budget (:data:`_INLINE_BUDGET`): the rest, the failed event first, go into lanes as
-        :meth:`submit` would have put them, and the failed one takes the usual retry or
-        dead-letter path. Returns the lanes to dispatch.
+        at the inline budget (:data:`_INLINE_BUDGET`): the rest, the failed event first, go
+        into lanes as :meth:`submit` would have put them, and the failed one takes the usual
+        retry or dead-letter path. Returns the lanes to dispatch.
+
+        Each event's handler time runs from the end of the previous call (one clock read per
+        event: the loop's own step, well under a microsecond, counts as handler time).
         """
-        perf, lanes, metrics = time.perf_counter, self._lanes, self._metrics
+        perf, metrics = time.perf_counter, self._metrics
         deadline = perf() + _INLINE_BUDGET
         failure: BaseException | None = None
-        done = 0
-        busy = 0.0
-        took: list[float] = []
-        topic = direct[0][0].topic
-        for ev, state, spec, _ in direct:
-            if ev.topic != topic:
-                if took:
-                    self._learn(topic, len(took), busy)
-                    metrics.processed(topic, took)
-                topic, busy, took = ev.topic, 0.0, []
-            if state.revoked:
-                done += 1  # dropped, as a worker would drop it (see _finish_direct)
+        done = 0  # events of ``direct`` finished (or dropped), a prefix
+        for r, (state, spec, first) in enumerate(runs):
+            end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
+            if first == end:
                 continue
-            t0 = perf()
-            if t0 > deadline or self.fatal is not None:
+            if state.revoked:
+                done = end  # dropped, as a worker would drop them (see _finish_direct)
+                continue
+            prev = perf()
+            if prev > deadline or self.fatal is not None:
                 break
-            try:
-                if spec.deserializer is not None:
-                    ev.payload = _deserialize(spec, ev)
-                spec.fn(ev)
-            except BaseException as exc:
-                busy += perf() - t0
-                failure = exc
+            fn, deserializer = spec.fn, spec.deserializer
+            took: list[float] = []
+            for ev in direct[first:end]:
+                try:
+                    if deserializer is not None:
+                        ev.payload = _deserialize(spec, ev)
+                    fn(ev)
+                except BaseException as exc:
+                    failure = exc
+                    break
+                now = perf()
+                took.append(now - prev)
+                prev = now
+                if now > deadline:
+                    break
+            done += len(took)
+            if took:
+                self._learn(spec.topic, len(took), sum(took))
+                metrics.processed(spec.topic, took)
+            if done < end:
                 break
-            t1 = perf()
-            busy += t1 - t0
-            took.append(t1 - t0)
-            done += 1
-        if took:
-            self._learn(topic, len(took), busy)
-            metrics.processed(topic, took)
-        rest = direct[done:]
         more: list[_Lane] = []
         failed: _Lane | None = None
         with self._lock:
-            self._finish_direct(direct[:done])
-            for i, (ev, state, spec, lane_id) in enumerate(rest):
-                lane = lanes.get(lane_id) if lane_id is not None else None
-                if lane is not None:
-                    lane.append((ev, state))
-                else:
-                    lane = _new_lane(lane_id, spec, (ev, state))
-                    if lane_id is not None:
-                        lanes[lane_id] = lane
-                    if i == 0 and failure is not None:
-                        failed = lane  # still running: its outcome decides below
-                        continue
-                    more.append(lane)
-                state.running -= 1
+            self._finish_direct(direct, runs, done)
+            if done < len(direct):
+                more, failed = self._lane_rest(direct, runs, done, failure is not None)
             if self._waiters:
                 self._changed.notify_all()
         if failed is not None and failure is not None:
@@ -328,20 +343,60 @@ class Processor:
             self._after(failed, ev, state, failure)
         return more
 
-    def _finish_direct(self, ran: list[tuple[Event, PartitionState, HandlerSpec, Hashable]]) -> None:
-        """:meth:`_finish` for events run by :meth:`_run_direct` (the lock is held)."""
-        count = size = 0
-        for ev, state, _, _ in ran:
-            state.running -= 1
-            count += 1
-            size += ev.size
+    def _finish_direct(
+        self, direct: list[Event], runs: list[tuple[PartitionState, HandlerSpec, int]], done: int
+    ) -> None:
+        """:meth:`_finish` for the first ``done`` events of a direct run (the lock is held)."""
+        size = 0
+        for r, (state, _, first) in enumerate(runs):
+            if first >= done:
+                break
+            end = min(done, runs[r + 1][2] if r + 1 < len(runs) else len(direct))
+            ran = direct[first:end]
+            state.running -= len(ran)
+            size += sum([ev.size for ev in ran])
             if state.revoked:
                 continue
-            state.tracker.done(ev.offset)
-            if ev.outputs:
-                state.outputs.append((ev.offset, ev.outputs))
-        self.events_in_memory -= count
+            state.tracker.done_many([ev.offset for ev in ran])
+            for ev in ran:
+                if ev.outputs:
+                    state.outputs.append((ev.offset, ev.outputs))
+        self.events_in_memory -= done
         self.bytes_in_memory -= size
+
+    def _lane_rest(
+        self,
+        direct: list[Event],
+        runs: list[tuple[PartitionState, HandlerSpec, int]],
+        done: int,
+        failed_first: bool,
+    ) -> tuple[list[_Lane], _Lane | None]:
+        """Put the events a direct run left into lanes, as :meth:`submit` would have (the lock is
+        held); return the new lanes to dispatch, and the failed event's lane (not to dispatch:
+        it is still running) when the run stopped on a failure."""
+        lanes = self._lanes
+        more: list[_Lane] = []
+        failed: _Lane | None = None
+        for r, (state, spec, first) in enumerate(runs):
+            end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
+            if end <= done:
+                continue
+            for i in range(max(first, done), end):
+                ev = direct[i]
+                lane_id = _lane_id(spec, ev)
+                lane = lanes.get(lane_id) if lane_id is not None else None
+                if lane is not None:
+                    lane.append((ev, state))
+                else:
+                    lane = _new_lane(lane_id, spec, (ev, state))
+                    if lane_id is not None:
+                        lanes[lane_id] = lane
+                    if i == done and failed_first:
+                        failed = lane  # still running: its outcome decides
+                        continue
+                    more.append(lane)
+                state.running -= 1
+        return more, failed
 
     def positions(self) -> dict[TopicPartition, int]:
         """Commit positions that moved since the last call, per assigned partition."""

@@ -90,3 +90,41 @@ def test_memory_is_bounded_by_the_out_of_order_window_not_by_commits() -> None:
         # no position() call in between: nothing finished is still held
         assert len(t._pending) == 0 and len(t._done) == 0
     assert t.position() == 100_000
+
+
+@given(offsets_and_order(), st.data())
+def test_runs_added_and_finished_together_keep_the_rule(
+    case: tuple[list[int], list[int]], data: st.DataObject
+) -> None:
+    """extend() and done_many(), as the engine uses them for a run of one partition: the
+    same positions as one offset at a time."""
+    offsets, _ = case
+    tracker, model = OffsetTracker(), OffsetTracker()
+    added = 0
+    unfinished: list[int] = []
+    while added < len(offsets) or unfinished:
+        if added < len(offsets) and (not unfinished or data.draw(st.booleans())):
+            n = data.draw(st.integers(min_value=1, max_value=len(offsets) - added))
+            run = offsets[added : added + n]
+            tracker.extend(run)
+            for o in run:
+                model.add(o)
+            unfinished.extend(run)
+            added += n
+        elif unfinished:
+            # finish some of what is in process, in increasing order (a direct run's prefix is)
+            picked = sorted(data.draw(st.lists(st.sampled_from(unfinished), min_size=1, unique=True)))
+            tracker.done_many(picked)
+            for o in picked:
+                model.done(o)
+                unfinished.remove(o)
+        assert tracker.position() == model.position()
+        assert tracker.in_process == model.in_process == len(unfinished)
+    assert tracker.position() == offsets[-1] + 1
+
+
+def test_a_run_must_start_above_the_highest_offset() -> None:
+    tracker = OffsetTracker()
+    tracker.extend([5, 6, 7])
+    with pytest.raises(ValueError):
+        tracker.extend([7, 8])

@@ -7,7 +7,9 @@ replay of the whole topic changes nothing:
 1. parse each value against the record contract (``laneway.spark.schema``); a record that
    fails to parse or lacks a required field goes to ``quarantine`` (keyed by topic,
    partition, offset) and is counted, never raised;
-2. ``entity_history``: insert each (entity_id, version) not already there;
+2. ``entity_history``: append each (entity_id, version) not already there (an anti-join
+   against the table, then a plain append: what Delta runs for an insert-only MERGE, without
+   a MERGE's planning and bookkeeping; the pipeline is the table's only writer);
 3. ``entities``: per entity the batch's newest version, applied only when newer than the
    stored one (a delete sets ``deleted``: an older change replayed later cannot undo it);
 4. ``lineage_edges``: for the lineage entities in the batch, the newer of the stored
@@ -17,6 +19,11 @@ replay of the whole topic changes nothing:
 Steps 2-4 (and the quarantine) write different tables and do not depend on each other's
 result, so they run side by side, each in its own thread: a MERGE spends much of its time
 on the driver (log listing, planning, commit), and side by side those waits overlap.
+
+Most of a batch's cost is fixed: Spark jobs, stages and tasks, whatever the batch size.
+So the batch is read into no more partitions than the cluster has cores, and its MERGEs
+shuffle into one partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records (at most
+``spark.sql.shuffle.partitions``), set on the query's own session.
 
 Triggers: ``available-now`` backfills and stops. For a continuous run use a processing-time
 trigger of ``STREAMING_TRIGGER`` (10 s) or more: a record waits up to one interval for its
@@ -281,15 +288,25 @@ class _BatchWriter:
         self.reports: list[BatchReport] = []
         self.points: list[tuple[float, float]] = []  # (freshness seconds, weight) over the run
         self.paths = {t: schema.table_path(settings.warehouse, t) for t in schema.TABLES}
+        self.shuffle_partitions: int | None = None  # the session's, read on the first batch
+        self.parallelism = 1
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
 
         started = time.monotonic()
+        session = df.sparkSession  # the query's own session clone, not the caller's
+        if self.shuffle_partitions is None:
+            self.shuffle_partitions = int(session.conf.get("spark.sql.shuffle.partitions") or "200")
+            self.parallelism = max(1, session.sparkContext.defaultParallelism)
         # the batch is persisted below and its derived columns are deterministic: MERGE need not
-        # copy its source again (this is the query's own session clone, not the caller's)
-        df.sparkSession.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-        parsed = _parse(df, datetime.now(UTC)).persist(StorageLevel.MEMORY_AND_DISK)
+        # copy its source again
+        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        # one task per Kafka partition is more tasks than cores on a small machine: every job
+        # over the persisted batch (three MERGEs read it) pays per task, so no more than the cores
+        parsed = (
+            _parse(df, datetime.now(UTC)).coalesce(self.parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        )
         try:
             report, points = self._apply(parsed, batch_id, started)
         finally:
@@ -319,6 +336,11 @@ class _BatchWriter:
         phases = {"read": time.monotonic() - started}
         records, quarantined = int(stats["records"]), int(stats["quarantined"])
         spark = parsed.sparkSession
+        # the MERGEs' joins and dedups shuffle into spark.sql.shuffle.partitions tasks each; a
+        # small batch does not need them (each task costs a fixed scheduling and setup time)
+        spark.conf.set(
+            "spark.sql.shuffle.partitions", str(_shuffle_partitions(records, self.shuffle_partitions or 1))
+        )
         tasks: dict[str, Callable[[], dict[str, float] | None]] = {}
         latest: DataFrame | None = None
         if records:
@@ -445,18 +467,29 @@ def _parse(df: DataFrame, landed_at: datetime) -> DataFrame:
     )
 
 
-def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
-    from delta.tables import DeltaTable
+#: records per shuffle partition of a batch's MERGEs (module docstring)
+RECORDS_PER_SHUFFLE_PARTITION = 25_000
 
+
+def _shuffle_partitions(records: int, configured: int) -> int:
+    """Shuffle partitions for a batch of ``records``: one per 25,000, at most ``configured``."""
+    return max(1, min(configured, -(-records // RECORDS_PER_SHUFFLE_PARTITION)))
+
+
+def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
+    """Append each (entity_id, version) of the batch that ``entity_history`` does not hold yet.
+
+    An insert-only MERGE does the same (Delta runs it as this anti-join and an append) with
+    a MERGE's extra planning and bookkeeping per batch. The pipeline is the table's only
+    writer (its streaming checkpoint admits one running query), so nothing can insert the
+    same key between the read and the commit; a batch replayed after a crash finds its rows
+    and appends nothing.
+    """
     # one row per (entity_id, version): duplicates carry the same version of the same entity
     source = valid.dropDuplicates(["entity_id", "version"])
-    (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(source.alias("s"), "t.entity_id = s.entity_id AND t.version = s.version")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    stored = spark.read.format("delta").load(path).select("entity_id", "version")
+    fresh = source.join(stored, ["entity_id", "version"], "left_anti")
+    fresh.write.format("delta").mode("append").save(path)
 
 
 def _latest(valid: DataFrame) -> DataFrame:
@@ -596,14 +629,18 @@ def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame) -> None
 
 
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
-    """Create the Delta tables under ``warehouse`` when they do not exist yet."""
-    for table in schema.TABLES:
+    """Create the Delta tables under ``warehouse`` when they do not exist yet (side by side:
+    each creation is a Delta commit, mostly driver time)."""
+
+    def create(table: schema.TableName) -> None:
         path = schema.table_path(warehouse, table)
         props = ", ".join(f"'{k}' = '{v}'" for k, v in schema.TABLE_PROPERTIES[table].items())
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({schema.TABLE_DDL[table]}) USING DELTA "
             f"TBLPROPERTIES ({props})"
         )
+
+    _run_concurrently(spark, {table: functools.partial(create, table) for table in schema.TABLES})
 
 
 def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWriter) -> Any:

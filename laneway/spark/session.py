@@ -92,8 +92,11 @@ class SessionSettings:
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.sql.session.timeZone": "UTC",
-            # Delta rebuilds table state with 50 partitions by default: far too many for small tables
-            "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
+            # Delta rebuilds a table's state (its log: one row per file action) with 50 partitions
+            # by default, once per table per commit; the pipeline's tables are compacted and
+            # checkpointed, so their state is thousands of rows: one task's work, where each
+            # further task adds a fixed cost to every MERGE
+            "spark.databricks.delta.snapshotPartitions": "1",
             "spark.sql.streaming.stopGracefullyOnShutdown": "true",
             # Spark keeps the classes it generates for queries in an LRU cache of 100 entries; one
             # pipeline batch (Delta MERGEs and their log queries) generates about 110, so with the

@@ -13,6 +13,7 @@ app.run()          # until SIGINT/SIGTERM; or: laneway run mymodule:app
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -52,6 +53,8 @@ class AppSettings(BaseModel):
     concurrency: int = Field(default=64, ge=1, le=10_000)
     #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    #: tune the interpreter's garbage collector for a stream of short-lived events (see tune_gc)
+    gc_tuning: bool = True
     commit_interval: float = Field(default=1.0, gt=0)
     shutdown_timeout: float = Field(default=30.0, ge=0)
     revoke_timeout: float = Field(default=10.0, ge=0)
@@ -72,6 +75,27 @@ class AppSettings(BaseModel):
         return v
 
 
+#: the youngest generation is collected after this many allocations (CPython's default: 700)
+GC_THRESHOLD = (20_000, 20, 20)
+
+
+def tune_gc() -> None:
+    """Tune CPython's collector for a stream of short-lived events (``gc_tuning=True``).
+
+    Every record allocates a few objects that live for milliseconds. At the default
+    threshold (700) the collector runs every ~100 records and finds most of them still
+    alive, so it scans them, promotes them, and scans them again a generation up. At 20,000
+    most are gone before it looks. ``gc.freeze()`` moves what start-up allocated (modules,
+    settings, the handlers' state) out of reach of full collections. Measured: +24%
+    records/s for a no-op handler (BENCHMARKS.md). Cyclic garbage lives a little longer;
+    reference counting frees everything else at once, as before. Process-wide: an app
+    that shares its process with code tuned otherwise passes ``gc_tuning=False``.
+    """
+    gc.collect()  # what start-up left as garbage is freed, not frozen
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 class App:
     """A Laneway application: handlers per topic, a processor pool, consumer threads."""
 
@@ -84,6 +108,7 @@ class App:
         consumers: int = 1,
         concurrency: int = 64,
         event_loop: Literal["auto", "asyncio", "uvloop"] = "auto",
+        gc_tuning: bool = True,
         backpressure: Backpressure | None = None,
         commit_interval: float = 1.0,
         shutdown_timeout: float = 30.0,
@@ -103,6 +128,7 @@ class App:
                 consumers=consumers,
                 concurrency=concurrency,
                 event_loop=event_loop,
+                gc_tuning=gc_tuning,
                 commit_interval=commit_interval,
                 shutdown_timeout=shutdown_timeout,
                 revoke_timeout=revoke_timeout,
@@ -215,6 +241,8 @@ class App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""
         self.check()
         s = self.settings
+        if s.gc_tuning:
+            tune_gc()
         self._dead_letters = KafkaDeadLetters(self._client_config())
         self.processor = Processor(
             self.handlers,

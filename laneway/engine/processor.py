@@ -477,6 +477,22 @@ class Processor:
                 self._waiters -= 1
         return self.events_in_memory == 0
 
+    def wait_for_room(self, max_events: int, max_bytes: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
+        held; True when they are."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._waiters += 1
+            try:
+                while self.events_in_memory > max_events or self.bytes_in_memory > max_bytes:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self.fatal is not None:
+                        return False
+                    self._changed.wait(left)
+            finally:
+                self._waiters -= 1
+        return True
+
     def final_positions(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Positions of the given (default: all) assigned partitions, for a last commit."""
         with self._lock:

@@ -168,20 +168,22 @@ def test_backpressure_caps_events_in_memory(
 ) -> None:
     topic = make_topic(partitions=4)
     dlq = make_topic(partitions=1, prefix="dlq")
-    n, cap = 3000, 200
+    n, cap = 200, 100
     produce_keyed(kafka_bootstrap, topic, n, keys=300)
     count = [0]
     app = App(
         "bp",
         bootstrap_servers=kafka_bootstrap,
         group_id=group_id,
-        concurrency=8,
+        concurrency=2,
         backpressure=Backpressure(max_events=cap, resume_at=0.5),
     )
 
+    # 20 records/s: at the cap the workers cannot free a twentieth of it (5) within the
+    # source's 100 ms wait for room, so it pauses (workers that can are not paused)
     @app.handler(topic, dead_letter_topic=dlq)
     def slow(ev: Event) -> None:
-        time.sleep(0.002)
+        time.sleep(0.1)
         count[0] += 1
 
     samples: list[tuple[int, float]] = []

@@ -611,3 +611,19 @@ def test_a_key_waiting_on_a_retry_is_not_overtaken_by_its_next_event(
     assert proc.drain(10)
     assert [(o, a) for k, o, a in order if k == b"hot"] == [(1_000, 2), (1_001, 1)]
     assert proc.final_positions() == {("t", 0): 1_003}
+
+
+def test_wait_for_room_returns_once_the_workers_free_it(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    release = threading.Event()
+    proc, _ = make(HandlerSpec(topic="t", fn=lambda ev: release.wait(10)), concurrency=4, partitions=1)
+    proc.submit([Event("t", 0, i, f"k{i}".encode(), b"0") for i in range(20)])
+    t0 = time.monotonic()
+    assert not proc.wait_for_room(10, 1 << 30, timeout=0.2)  # stuck handlers: no room
+    assert time.monotonic() - t0 >= 0.19
+    assert proc.events_in_memory == 20
+    release.set()
+    assert proc.wait_for_room(10, 1 << 30, timeout=10)
+    assert proc.events_in_memory <= 10
+    assert proc.drain(10)

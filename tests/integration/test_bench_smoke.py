@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import main
+from bench.ab import main as ab_main
 
 CONTENDERS = ["raw", "partition-seq", "laneway-key", "laneway-unordered", "arroyo"]
 
@@ -42,3 +45,20 @@ def test_quick_mode_on_a_tiny_input(kafka_bootstrap: str, tmp_path: Path) -> Non
     assert all(r["correct"] for r in io), [(r["contender"], r["notes"]) for r in io if not r["correct"]]
     assert code == 0
     assert (tmp_path / "REPORT.md").read_text().count("ok (1/1)") >= len(CONTENDERS)
+
+
+def test_code_against_code_side_by_side(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    code = ab_main(
+        [
+            f"--bootstrap={kafka_bootstrap}",
+            "--records=2000",
+            "--repeats=1",
+            f"ceiling=raw@{root}",
+            f"laneway=laneway-key@{root}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count(" ok") == 2  # both runs passed their checks
+    assert "x ceiling" in out  # laneway's median as a ratio of the first variant's

@@ -77,10 +77,12 @@ def test_second_process_joins_then_one_leaves(
     n = 12_000
     order = produce_keyed(kafka_bootstrap, topic, n, keys=300)
     out_a, out_b = tmp_path / "a.txt", tmp_path / "b.txt"
-    a = _spawn(kafka_bootstrap, topic, group_id, out_a, 2.0, tmp_path / "a.log")
+    # up to 40 ms a record at concurrency 32 (~1,600/s): a alone would take ~7 s, long enough
+    # for b to start and join mid-stream (at 2 ms, a finished before b had joined)
+    a = _spawn(kafka_bootstrap, topic, group_id, out_a, 40.0, tmp_path / "a.log")
     procs.append(a)
     _wait(lambda: len(_lines(out_a)) > 1500, 60)
-    b = _spawn(kafka_bootstrap, topic, group_id, out_b, 2.0, tmp_path / "b.log")
+    b = _spawn(kafka_bootstrap, topic, group_id, out_b, 40.0, tmp_path / "b.log")
     procs.append(b)
     _wait(lambda: len(_lines(out_b)) > 500, 60)  # b got partitions and works
     a.send_signal(signal.SIGTERM)  # a leaves gracefully mid-stream

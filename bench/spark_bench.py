@@ -12,6 +12,12 @@ rotated per repeat:
   each micro-batch is known and freshness is defined the same way as the pipeline's:
   a record's event time to the commit of the batch that landed it).
 
+With ``LANEWAY_BENCH_SPARK_BASELINE`` set to the root of another checkout of the project
+(``git archive <commit> laneway | tar -x -C DIR``), a third contender, ``merge-before``, runs
+that checkout's ``laneway/spark/pipeline.py`` in the same session, with that checkout's
+runtime session settings (``spark.sql.*``, ``spark.databricks.delta.*``) applied around its
+runs: a before/after measured side by side, through the same checks.
+
 The harness side produces the topic; ``python -m bench.spark_bench SPEC RESULT`` runs the
 Spark side in its own process.
 """
@@ -19,6 +25,8 @@ Spark side in its own process.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import os
 import random
@@ -34,12 +42,18 @@ from typing import Any
 __all__ = ["run_spark"]
 
 #: records, entities, maxOffsetsPerTrigger, repeats (Spark on 2 shared cores is slow: sized to finish)
-SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (30_000, 3_000, 15_000, 1)}
+SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (30_000, 3_000, 15_000, 3)}
 #: the live phase: records/s produced while each pipeline runs on a processing-time trigger, seconds
 LIVE = {"quick": (10.0, 40.0), "full": (20.0, 60.0)}
 #: the pipeline's recommended processing-time trigger, for both contenders (see laneway.spark.pipeline)
 LIVE_TRIGGER = "10 seconds"
 ENTITY_TYPES = ("database", "table", "column", "owner", "lineage")
+#: the root of another checkout whose pipeline runs as the ``merge-before`` contender
+BASELINE_ENV = "LANEWAY_BENCH_SPARK_BASELINE"
+
+
+def contenders() -> list[str]:
+    return ["merge", "merge-before", "append"] if os.environ.get(BASELINE_ENV) else ["merge", "append"]
 
 
 def produce_entities(
@@ -99,7 +113,7 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
     n, entities, per_trigger, repeats = SIZES[mode]
     live_rate, live_seconds = LIVE[mode]
     topic = kafka.topic("spark", 8)
-    live_topics = {name: kafka.topic(f"spark-live-{name}", 8) for name in ("merge", "append")}
+    live_topics = {name: kafka.topic(f"spark-live-{name}", 8) for name in contenders()}
     t0 = time.monotonic()
     versions = produce_entities(bootstrap, topic, n, entities)
     log(
@@ -160,6 +174,11 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
         "entity_history holds every (entity, version) once, entities one row per entity at its last "
         "version (backlog), quarantine empty; *append*: every record landed once."
     )
+    if os.environ.get(BASELINE_ENV):
+        res["description"] += (
+            " *merge-before*: the pipeline of another checkout (the one before the change measured), "
+            "same session, same checks."
+        )
     return res
 
 
@@ -176,6 +195,49 @@ def _cpu_seconds() -> float:
         with contextlib.suppress(psutil.Error):
             total += sum(child.cpu_times()[:2])
     return float(total)
+
+
+@functools.cache
+def _baseline() -> tuple[Any, dict[str, str]]:
+    """The baseline checkout's pipeline module and its runtime session settings."""
+    root = Path(os.environ[BASELINE_ENV])
+    modules = {}
+    for name in ("pipeline", "session"):
+        path = root / "laneway" / "spark" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        modules[name] = module
+    conf = modules["session"].SessionSettings(master="local[2]").spark_conf([])
+    runtime = {k: v for k, v in conf.items() if k.startswith(("spark.sql.", "spark.databricks.delta."))}
+    return modules["pipeline"], runtime
+
+
+@contextlib.contextmanager
+def _pipeline(session: Any, name: str) -> Any:
+    """The pipeline module of contender ``name``, with its session settings applied meanwhile."""
+    import laneway.spark.pipeline as current
+
+    if name != "merge-before":
+        yield current
+        return
+    module, conf = _baseline()
+    saved: dict[str, str | None] = {}
+    for key, value in conf.items():
+        with contextlib.suppress(Exception):  # static settings cannot change in a running session
+            before = session.conf.get(key, None)
+            session.conf.set(key, value)
+            saved[key] = before
+    try:
+        yield module
+    finally:
+        for key, before in saved.items():
+            if before is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, before)
 
 
 def _append(
@@ -249,7 +311,6 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
     from laneway.spark import schema
-    from laneway.spark.pipeline import PipelineMetrics, PipelineSettings, run_pipeline
     from laneway.spark.session import SessionSettings, build_session
 
     t0 = time.monotonic()
@@ -260,30 +321,32 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     try:
         t0 = time.monotonic()
-        for name in ("merge", "append"):
+        names = contenders()
+        for name in names:
             _warm_up(session, spec, name, work / f"warmup-{name}")
         warmup = time.monotonic() - t0
         for rep in range(spec["repeats"]):
-            for name in ["merge", "append"] if rep % 2 == 0 else ["append", "merge"]:
+            for name in names if rep % 2 == 0 else names[::-1]:
                 base = work / f"{name}-{rep}"
                 wait_s = (time.time() * 1000 - spec["produced_end_ms"]) / 1000
                 cpu0, t = _cpu_seconds(), time.monotonic()
                 notes: list[str] = []
                 r: dict[str, Any] = {"pipeline": name, "repeat": rep}
-                if name == "merge":
-                    res = run_pipeline(
-                        PipelineSettings(
-                            bootstrap=spec["bootstrap"],
-                            warehouse=str(base),
-                            checkpoint=str(base) + "-checkpoint",
-                            topic=spec["topic"],
-                            max_offsets_per_trigger=spec["max_offsets_per_trigger"],
-                            compact_every=0,
-                            master="local[2]",
-                        ),
-                        spark=session,
-                        metrics=PipelineMetrics.create(CollectorRegistry()),
-                    )
+                if name != "append":
+                    with _pipeline(session, name) as pipeline:
+                        res = pipeline.run_pipeline(
+                            pipeline.PipelineSettings(
+                                bootstrap=spec["bootstrap"],
+                                warehouse=str(base),
+                                checkpoint=str(base) + "-checkpoint",
+                                topic=spec["topic"],
+                                max_offsets_per_trigger=spec["max_offsets_per_trigger"],
+                                compact_every=0,
+                                master="local[2]",
+                            ),
+                            spark=session,
+                            metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+                        )
                     wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
                     r.update(
                         records=res.records,
@@ -325,7 +388,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                     r[f"landing_{q}_s"] = max(0.0, f - wait_s) if f is not None else None
                 runs.append(r)
                 shutil.rmtree(base, ignore_errors=True)
-        live = [_live_or_failure(session, spec, name, work / f"live-{name}") for name in ("merge", "append")]
+        live = [_live_or_failure(session, spec, name, work / f"live-{name}") for name in names]
     finally:
         session.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -349,22 +412,21 @@ def _warm_up(session: Any, spec: dict[str, Any], name: str, base: Path) -> None:
     """
     from prometheus_client import CollectorRegistry
 
-    from laneway.spark.pipeline import PipelineMetrics, PipelineSettings, run_pipeline
-
-    if name == "merge":
-        run_pipeline(
-            PipelineSettings(
-                bootstrap=spec["bootstrap"],
-                warehouse=str(base),
-                checkpoint=str(base) + "-checkpoint",
-                topic=spec["topic"],
-                max_offsets_per_trigger=spec["max_offsets_per_trigger"],
-                compact_every=0,
-                master="local[2]",
-            ),
-            spark=session,
-            metrics=PipelineMetrics.create(CollectorRegistry()),
-        )
+    if name != "append":
+        with _pipeline(session, name) as pipeline:
+            pipeline.run_pipeline(
+                pipeline.PipelineSettings(
+                    bootstrap=spec["bootstrap"],
+                    warehouse=str(base),
+                    checkpoint=str(base) + "-checkpoint",
+                    topic=spec["topic"],
+                    max_offsets_per_trigger=spec["max_offsets_per_trigger"],
+                    compact_every=0,
+                    master="local[2]",
+                ),
+                spark=session,
+                metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+            )
     else:
         _append(session, spec, str(base / "raw"), str(base) + "-checkpoint")
     shutil.rmtree(base, ignore_errors=True)
@@ -386,7 +448,6 @@ def _live(session: Any, spec: dict[str, Any], name: str, base: Path) -> dict[str
     from prometheus_client import CollectorRegistry
 
     from laneway.spark import schema
-    from laneway.spark.pipeline import PipelineMetrics, PipelineSettings, ensure_tables, run_pipeline
 
     live = spec["live"]
     topic = live["topics"][name]
@@ -403,50 +464,51 @@ def _live(session: Any, spec: dict[str, Any], name: str, base: Path) -> dict[str
     notes: list[str] = []
     r: dict[str, Any] = {"pipeline": name, "phase": "live", "rate_in": live["rate"]}
     cpu0, t = _cpu_seconds(), time.monotonic()
-    if name == "merge":
-        metrics = PipelineMetrics.create(CollectorRegistry())
-        stop = threading.Event()
+    with _pipeline(session, name) as pipeline:
+        if name != "append":
+            metrics = pipeline.PipelineMetrics.create(CollectorRegistry())
+            stop = threading.Event()
 
-        def watch() -> None:
-            while time.monotonic() < deadline and metrics.records._value.get() < n:
-                time.sleep(0.5)
-            stop.set()
+            def watch() -> None:
+                while time.monotonic() < deadline and metrics.records._value.get() < n:
+                    time.sleep(0.5)
+                stop.set()
 
-        ensure_tables(session, str(base))  # before producing: the append has no tables to create
-        producer.start()
-        threading.Thread(target=watch, daemon=True).start()
-        res = run_pipeline(
-            PipelineSettings(
-                bootstrap=spec["bootstrap"],
-                warehouse=str(base),
-                checkpoint=str(base) + "-checkpoint",
-                topic=topic,
-                trigger=LIVE_TRIGGER,
-                compact_every=0,
-                master="local[2]",
-            ),
-            spark=session,
-            stop_event=stop,
-            metrics=metrics,
-        )
-        hist = session.read.format("delta").load(schema.table_path(base, "entity_history")).count()
-        r.update(
-            records=res.records,
-            batches=len(res.batches),
-            freshness_p50_s=res.freshness_p50_s,
-            freshness_p99_s=res.freshness_p99_s,
-        )
-        if res.records != n or hist != n:
-            notes.append(f"read {res.records}, entity_history {hist}, expected {n}")
-    else:
-        producer.start()
-        path = str(base / "raw")
-        commits = _append(session, spec | {"topic": topic}, path, str(base) + "-checkpoint", live_n=n)
-        rows = session.read.format("delta").load(path).count()
-        p50, p99 = _freshness_from_table(session, path, commits)
-        r.update(records=rows, batches=len(commits), freshness_p50_s=p50, freshness_p99_s=p99)
-        if rows != n:
-            notes.append(f"{rows} rows, expected {n}")
+            pipeline.ensure_tables(session, str(base))  # before producing: the append has no tables to create
+            producer.start()
+            threading.Thread(target=watch, daemon=True).start()
+            res = pipeline.run_pipeline(
+                pipeline.PipelineSettings(
+                    bootstrap=spec["bootstrap"],
+                    warehouse=str(base),
+                    checkpoint=str(base) + "-checkpoint",
+                    topic=topic,
+                    trigger=LIVE_TRIGGER,
+                    compact_every=0,
+                    master="local[2]",
+                ),
+                spark=session,
+                stop_event=stop,
+                metrics=metrics,
+            )
+            hist = session.read.format("delta").load(schema.table_path(base, "entity_history")).count()
+            r.update(
+                records=res.records,
+                batches=len(res.batches),
+                freshness_p50_s=res.freshness_p50_s,
+                freshness_p99_s=res.freshness_p99_s,
+            )
+            if res.records != n or hist != n:
+                notes.append(f"read {res.records}, entity_history {hist}, expected {n}")
+        else:
+            producer.start()
+            path = str(base / "raw")
+            commits = _append(session, spec | {"topic": topic}, path, str(base) + "-checkpoint", live_n=n)
+            rows = session.read.format("delta").load(path).count()
+            p50, p99 = _freshness_from_table(session, path, commits)
+            r.update(records=rows, batches=len(commits), freshness_p50_s=p50, freshness_p99_s=p99)
+            if rows != n:
+                notes.append(f"{rows} rows, expected {n}")
     producer.join(60)
     seconds = produced.get("seconds", live["seconds"])  # the real producing time: the rate is checked
     r.update(wall_s=time.monotonic() - t, cpu_s=_cpu_seconds() - cpu0, rate=r["records"] / seconds)

@@ -141,6 +141,11 @@ class Processor:
         self._submit_lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0
+        # the consumers waiting for room (wait_for_room) are woken only once there is room,
+        # not at every finished event: each wake-up costs them, and the workers, a GIL hand-off
+        self._room = threading.Condition(self._lock)
+        self._room_waiters = 0
+        self._room_at = -1
         self._lanes: dict[Hashable, _Lane] = {}
         self._states: dict[TopicPartition, PartitionState] = {}
         self._retired: dict[TopicPartition, PartitionState] = {}
@@ -363,6 +368,8 @@ class Processor:
                     state.outputs.append((ev.offset, ev.outputs))
         self.events_in_memory -= done
         self.bytes_in_memory -= size
+        if 0 <= self.events_in_memory <= self._room_at:
+            self._room.notify_all()
 
     def _lane_rest(
         self,
@@ -482,15 +489,18 @@ class Processor:
         held; True when they are."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            self._waiters += 1
+            self._room_waiters += 1
+            self._room_at = max_events  # consumers share one Backpressure: the same bound
             try:
                 while self.events_in_memory > max_events or self.bytes_in_memory > max_bytes:
                     left = deadline - time.monotonic()
                     if left <= 0 or self.fatal is not None:
                         return False
-                    self._changed.wait(left)
+                    self._room.wait(left)
             finally:
-                self._waiters -= 1
+                self._room_waiters -= 1
+                if not self._room_waiters:
+                    self._room_at = -1
         return True
 
     def final_positions(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
@@ -676,6 +686,8 @@ class Processor:
                     self.bytes_in_memory -= ev.size
                 else:
                     self._lane_empty(lane)
+            if 0 <= self.events_in_memory <= self._room_at:
+                self._room.notify_all()
         return heads
 
     def _lane_empty(self, lane: _Lane) -> None:
@@ -704,6 +716,8 @@ class Processor:
                     del lanes[lane.id]
             if self._waiters:
                 self._changed.notify_all()
+            if 0 <= self.events_in_memory <= self._room_at:
+                self._room.notify_all()
         return more
 
     def _learn(self, topic: str, events: int, seconds: float) -> None:
@@ -814,6 +828,7 @@ class Processor:
             if self.fatal is None:
                 self.fatal = error
             self._changed.notify_all()
+            self._room.notify_all()
         logger.error("halting: %s", error)
         if self._on_fatal is not None:
             self._on_fatal(error)

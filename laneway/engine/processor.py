@@ -648,9 +648,12 @@ class Processor:
                 )
                 for i in range(missing)
             ]
+            # started before they are listed: an observer of _threads (health checks) never
+            # sees a thread that is not running yet (a new one that retires at once waits
+            # for this lock, so it is listed by then)
+            for t in new:
+                t.start()
             self._threads.extend(new)
-        for t in new:
-            t.start()
 
     def _allowed(self) -> int:
         """How many worker threads the measured handler costs call for (see :meth:`_grow`)."""

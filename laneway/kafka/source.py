@@ -246,52 +246,33 @@ class KafkaSource:
                 next_lag = now + 5.0
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
-        if len(msgs) <= max_accept:
-            ready = _events(msgs)
-            if len(ready) < len(msgs):
-                for msg in msgs:
-                    if (err := msg.error()) is not None:
-                        self._on_error(err)
-            if ready:
-                self._processor.submit(ready)
-                self._metrics.consumed(len(ready))
-            return
-        events: list[Event] = []
+        if len(msgs) > max_accept:
+            msgs = self._within_cap(msgs, max_accept)
+        ready = _events(msgs)
+        if len(ready) < len(msgs):
+            for msg in msgs:
+                if (err := msg.error()) is not None:
+                    self._on_error(err)
+        if ready:
+            self._processor.submit(ready)
+            self._metrics.consumed(len(ready))
+
+    def _within_cap(self, msgs: list[Message], max_accept: int) -> list[Message]:
+        """The batch without its records over the hard cap (fetched before a pause took effect):
+        each partition is sought back to its first such record, to be fetched again later."""
+        kept: list[Message] = []
         rewind: dict[tuple[str, int], int] = {}
+        taken = 0
         for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                self._on_error(err)
-                continue
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            if topic is None or partition is None or offset is None:
-                continue
-            if len(events) >= max_accept:
-                # over the hard cap (a record fetched before the pause took effect): fetch it again later
-                tp = (topic, partition)
-                rewind.setdefault(tp, offset)
-                continue
-            key, value = msg.key(), msg.value()
-            ts_type, ts = msg.timestamp()
-            # positional arguments: this runs once per record (no deserializer is configured
-            # on the client: key and value are bytes or None)
-            events.append(
-                Event(
-                    topic,
-                    partition,
-                    offset,
-                    key,
-                    value,
-                    msg.headers(),  # type: ignore[arg-type]
-                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else int(time.time() * 1000),
-                    (len(value) if value else 0) + (len(key) if key else 0),
-                )
-            )
-        if events:
-            self._processor.submit(events)
-            self._metrics.consumed(len(events))
+            if msg.error() is None:
+                if taken >= max_accept:
+                    rewind.setdefault((msg.topic(), msg.partition()), msg.offset())  # type: ignore[arg-type]
+                    continue
+                taken += 1
+            kept.append(msg)
         for (topic, partition), offset in rewind.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
+        return kept
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:

@@ -308,7 +308,6 @@ def _freshness_from_table(session: Any, path: str, commits: dict[int, float]) ->
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-    from prometheus_client import CollectorRegistry
 
     from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
@@ -333,20 +332,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 notes: list[str] = []
                 r: dict[str, Any] = {"pipeline": name, "repeat": rep}
                 if name != "append":
-                    with _pipeline(session, name) as pipeline:
-                        res = pipeline.run_pipeline(
-                            pipeline.PipelineSettings(
-                                bootstrap=spec["bootstrap"],
-                                warehouse=str(base),
-                                checkpoint=str(base) + "-checkpoint",
-                                topic=spec["topic"],
-                                max_offsets_per_trigger=spec["max_offsets_per_trigger"],
-                                compact_every=0,
-                                master="local[2]",
-                            ),
-                            spark=session,
-                            metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
-                        )
+                    res = _run_backlog_pipeline(session, spec, name, base)
                     wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
                     r.update(
                         records=res.records,
@@ -402,6 +388,27 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _run_backlog_pipeline(session: Any, spec: dict[str, Any], name: str, base: Path) -> Any:
+    """Run a MERGE contender's pipeline (this checkout's or the baseline's) over the backlog,
+    available-now, into tables under ``base``; its ``PipelineResult``."""
+    from prometheus_client import CollectorRegistry
+
+    with _pipeline(session, name) as pipeline:
+        return pipeline.run_pipeline(
+            pipeline.PipelineSettings(
+                bootstrap=spec["bootstrap"],
+                warehouse=str(base),
+                checkpoint=str(base) + "-checkpoint",
+                topic=spec["topic"],
+                max_offsets_per_trigger=spec["max_offsets_per_trigger"],
+                compact_every=0,
+                master="local[2]",
+            ),
+            spark=session,
+            metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+        )
+
+
 def _warm_up(session: Any, spec: dict[str, Any], name: str, base: Path) -> None:
     """Run ``name`` once over the topic, untimed.
 
@@ -410,23 +417,9 @@ def _warm_up(session: Any, spec: dict[str, Any], name: str, base: Path) -> None:
     warm-up was not enough: the big batches take other code paths). Without this the
     contender timed first paid for the whole JVM warm-up alone.
     """
-    from prometheus_client import CollectorRegistry
 
     if name != "append":
-        with _pipeline(session, name) as pipeline:
-            pipeline.run_pipeline(
-                pipeline.PipelineSettings(
-                    bootstrap=spec["bootstrap"],
-                    warehouse=str(base),
-                    checkpoint=str(base) + "-checkpoint",
-                    topic=spec["topic"],
-                    max_offsets_per_trigger=spec["max_offsets_per_trigger"],
-                    compact_every=0,
-                    master="local[2]",
-                ),
-                spark=session,
-                metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
-            )
+        _run_backlog_pipeline(session, spec, name, base)
     else:
         _append(session, spec, str(base / "raw"), str(base) + "-checkpoint")
     shutil.rmtree(base, ignore_errors=True)

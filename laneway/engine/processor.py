@@ -88,6 +88,61 @@ class _Lane(deque[tuple[Event, PartitionState]]):
     spec: HandlerSpec
 
 
+class _FinishingLock:
+    """The processor's lock, which a worker finishing events never waits for.
+
+    A worker that finds it taken leaves its finished heads in :attr:`pending` and goes on
+    (:meth:`Processor._finish`); whoever holds the lock finishes them as it lets go. With
+    hundreds of worker threads, one of them losing the GIL while it held a plain lock made
+    the others queue on it, one GIL hand-off each (a convoy: most of the CPU an event cost
+    at concurrency 256). The conditions built on it finish what is pending before they wait.
+    """
+
+    __slots__ = ("_finish", "_raw", "pending")
+
+    def __init__(
+        self,
+        finish: Callable[[list[tuple[_Lane, Event, PartitionState]]], list[_Lane]],
+        dispatch: Callable[[list[_Lane]], None],
+    ) -> None:
+        self._raw = threading.Lock()
+        #: (lane, event, state) heads whose handler succeeded, not yet marked done
+        self.pending: deque[tuple[_Lane, Event, PartitionState]] = deque()
+        self._finish = (finish, dispatch)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._raw.acquire(blocking, timeout)
+
+    def __enter__(self) -> bool:
+        return self._raw.acquire()
+
+    def release(self) -> None:
+        raw, pending = self._raw, self.pending
+        finish, dispatch = self._finish
+        while True:
+            more: list[_Lane] = []
+            try:
+                if pending:
+                    done: list[tuple[_Lane, Event, PartitionState]] = []
+                    while pending:
+                        done.append(pending.popleft())
+                    more = finish(done)
+            finally:
+                raw.release()
+            if more:
+                dispatch(more)
+            # a worker may have left heads after the check above, when it could not take the
+            # lock: if nobody holds it now, they are this thread's to finish
+            if not pending or not raw.acquire(False):
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _is_owned(self) -> bool:  # for threading.Condition
+        return self._raw.locked()
+
+
 def _lane_id(spec: HandlerSpec, ev: Event) -> Hashable:
     """The lane ``ev`` runs in (:meth:`Processor.submit` inlines this): None for a lane of its
     own (``unordered``)."""
@@ -137,13 +192,14 @@ class Processor:
         self._clock = clock
         self._on_fatal = on_fatal
         self._new_loop = _loop_factory(event_loop)
-        self._lock = threading.Lock()
+        self._lock = _FinishingLock(self._finish_locked, self._dispatch)
         self._submit_lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        # Condition takes any lock with acquire/release (typeshed lists only threading's own)
+        self._changed = threading.Condition(self._lock)  # type: ignore[arg-type]
         self._waiters = 0
         # the consumers waiting for room (wait_for_room) are woken only once there is room,
         # not at every finished event: each wake-up costs them, and the workers, a GIL hand-off
-        self._room = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)  # type: ignore[arg-type]
         self._room_waiters = 0
         self._room_at = -1
         self._lanes: dict[Hashable, _Lane] = {}
@@ -700,27 +756,44 @@ class Processor:
             self._changed.notify_all()
 
     def _finish(self, done: list[tuple[_Lane, Event, PartitionState]]) -> list[_Lane]:
-        """Mark these heads done (one lock for all); return their lanes that have more to run."""
+        """Mark these heads done (one lock for all); return their lanes that have more to run.
+
+        When another thread holds the lock, the heads are left to it (see
+        :class:`_FinishingLock`) and their lanes are dispatched from there: nothing is returned.
+        """
+        lock = self._lock
+        if lock.acquire(False):
+            try:
+                return self._finish_locked(done)
+            finally:
+                lock.release()
+        lock.pending.extend(done)
+        # the holder may have let go between the two steps, before it could see them
+        if lock.acquire(False):
+            lock.release()
+        return []
+
+    def _finish_locked(self, done: list[tuple[_Lane, Event, PartitionState]]) -> list[_Lane]:
+        """:meth:`_finish` with the lock held."""
         more: list[_Lane] = []
         lanes = self._lanes
-        with self._lock:
-            for lane, ev, state in done:
-                state.running -= 1
-                state.tracker.done(ev.offset)
-                if ev.outputs:
-                    state.outputs.append((ev.offset, ev.outputs))
-                events = lane
-                events.popleft()
-                self.events_in_memory -= 1
-                self.bytes_in_memory -= ev.size
-                if events:
-                    more.append(lane)
-                elif lane.id is not None and lanes.get(lane.id) is lane:
-                    del lanes[lane.id]
-            if self._waiters:
-                self._changed.notify_all()
-            if 0 <= self.events_in_memory <= self._room_at:
-                self._room.notify_all()
+        for lane, ev, state in done:
+            state.running -= 1
+            state.tracker.done(ev.offset)
+            if ev.outputs:
+                state.outputs.append((ev.offset, ev.outputs))
+            events = lane
+            events.popleft()
+            self.events_in_memory -= 1
+            self.bytes_in_memory -= ev.size
+            if events:
+                more.append(lane)
+            elif lane.id is not None and lanes.get(lane.id) is lane:
+                del lanes[lane.id]
+        if self._waiters:
+            self._changed.notify_all()
+        if 0 <= self.events_in_memory <= self._room_at:
+            self._room.notify_all()
         return more
 
     def _learn(self, topic: str, events: int, seconds: float) -> None:

@@ -337,6 +337,36 @@ def test_a_hung_plain_handler_is_reported_while_it_hangs(
     assert caplog.text.count("past its 0.20s timeout") == 1  # reported once, not again on return
 
 
+def test_a_worker_that_finds_the_lock_taken_leaves_its_finished_events_to_the_holder(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    gate = threading.Event()
+    entered: list[int] = []
+    ran: dict[bytes | None, list[int]] = {}
+
+    def handle(ev: Event) -> None:
+        entered.append(ev.offset)
+        gate.wait(5)
+        ran.setdefault(ev.key, []).append(ev.offset)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=4, partitions=1)
+    proc.submit([Event("t", 0, i, b"k%d" % (i % 2), b"v", size=1) for i in range(6)])  # 2 keys
+    wait_for(lambda: len(entered) == 2)  # each key's first event is running
+    proc._lock.acquire()  # as a consumer submitting a batch would
+    try:
+        gate.set()
+        # both workers finish without waiting for the lock: their events are left with it
+        wait_for(lambda: len(proc._lock.pending) == 2, 5)
+        assert sorted(entered) == [0, 1]  # their lanes' next events wait for the finish
+        assert proc.events_in_memory == 6
+    finally:
+        proc._lock.release()  # finishes them, and dispatches the lanes' next events
+    assert proc.drain(5)
+    assert ran == {b"k0": [0, 2, 4], b"k1": [1, 3, 5]}
+    assert not proc._lock.pending
+    assert proc.final_positions() == {("t", 0): 6}
+
+
 def _peak_threads(proc: Processor, evs: list[Event], seen: list[str]) -> int:
     proc.submit(evs)
     assert proc.drain(30)

@@ -7,9 +7,10 @@ replay of the whole topic changes nothing:
 1. parse each value against the record contract (``laneway.spark.schema``); a record that
    fails to parse or lacks a required field goes to ``quarantine`` (keyed by topic,
    partition, offset) and is counted, never raised;
-2. ``entity_history``: append each (entity_id, version) not already there (an anti-join
-   against the table, then a plain append: what Delta runs for an insert-only MERGE, without
-   a MERGE's planning and bookkeeping; the pipeline is the table's only writer);
+2. ``entity_history``: append each (entity_id, version) not already there (the table's keys
+   are scanned against the batch's keys, broadcast, then a plain append: what Delta runs for
+   an insert-only MERGE, without a MERGE's planning and bookkeeping, and without shuffling
+   the table, which grows with every batch; the pipeline is the table's only writer);
 3. ``entities``: per entity the batch's newest version, applied only when newer than the
    stored one (a delete sets ``deleted``: an older change replayed later cannot undo it);
 4. ``lineage_edges``: for the lineage entities in the batch, the newer of the stored
@@ -21,9 +22,19 @@ result, so they run side by side, each in its own thread: a MERGE spends much of
 on the driver (log listing, planning, commit), and side by side those waits overlap.
 
 Most of a batch's cost is fixed: Spark jobs, stages and tasks, whatever the batch size.
-So the batch is read into no more partitions than the cluster has cores, and its MERGEs
-shuffle into one partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records (at most
+So the batch is hash-partitioned by ``entity_id`` into as many partitions as the cluster has
+cores (``local[N]``: N) when it is read and persisted, with the record's fields as columns of
+their own: the per-entity aggregates (newest version, one row per version) then need no
+further shuffle, and a reader decodes only the columns it uses. The MERGEs shuffle into one
+partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records (at most
 ``spark.sql.shuffle.partitions``), set on the query's own session.
+
+On the local file system (a warehouse and checkpoint path without a scheme, or ``file:``),
+the streaming checkpoint and Delta's checksum files are written with Spark's
+``FileSystemBasedCheckpointFileManager``: the default one renames through Hadoop's
+FileContext, whose local implementation forks a ``readlink`` process per file checked, twice
+per rename, each fork costing milliseconds of a large JVM (about 400 forks per 300,000-record
+run of four batches). Set on the query's own session; the caller's is left as it was.
 
 Triggers: ``available-now`` backfills and stops. For a continuous run use a processing-time
 trigger of ``STREAMING_TRIGGER`` (10 s) or more: a record waits up to one interval for its
@@ -92,6 +103,20 @@ STREAMING_TRIGGER = "10 seconds"
 _INTERVAL = re.compile(
     r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$"
 )
+
+
+# On the local file system, Spark's default checkpoint file manager (Hadoop FileContext) forks
+# a shell process (readlink) twice per rename; the streaming checkpoint renames two files per
+# batch and Delta one checksum file per commit. FileSystem renames do not fork (module docstring).
+_CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+_LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+)
+
+
+def _local(path: str) -> bool:
+    """Whether ``path`` is on the local file system (no scheme, or ``file:``)."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None or path.startswith("file:")
 
 
 def _interval_ms(trigger: str) -> int | None:
@@ -290,22 +315,30 @@ class _BatchWriter:
         self.paths = {t: schema.table_path(settings.warehouse, t) for t in schema.TABLES}
         self.shuffle_partitions: int | None = None  # the session's, read on the first batch
         self.parallelism = 1
+        self.local = _local(settings.warehouse) and _local(settings.checkpoint)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
         started = time.monotonic()
         session = df.sparkSession  # the query's own session clone, not the caller's
         if self.shuffle_partitions is None:
             self.shuffle_partitions = int(session.conf.get("spark.sql.shuffle.partitions") or "200")
-            self.parallelism = max(1, session.sparkContext.defaultParallelism)
+            self.parallelism = _cores(session)
         # the batch is persisted below and its derived columns are deterministic: MERGE need not
         # copy its source again
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        if self.local:
+            # Delta writes its checksum files through the streaming checkpoint's file manager
+            session.conf.set(_CHECKPOINT_FILE_MANAGER, _LOCAL_CHECKPOINT_FILE_MANAGER)
         # one task per Kafka partition is more tasks than cores on a small machine: every job
-        # over the persisted batch (three MERGEs read it) pays per task, so no more than the cores
+        # over the persisted batch (three MERGEs read it) pays per task, so no more than the cores;
+        # by entity: the per-entity dedup and newest-version aggregates need no further shuffle
         parsed = (
-            _parse(df, datetime.now(UTC)).coalesce(self.parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+            _parse(df, datetime.now(UTC))
+            .repartition(self.parallelism, F.col("entity_id"))
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
             report, points = self._apply(parsed, batch_id, started)
@@ -327,9 +360,9 @@ class _BatchWriter:
         stats = parsed.agg(
             F.count_if(F.col("reason").isNull()).alias("records"),
             F.count_if(F.col("reason").isNotNull()).alias("quarantined"),
-            F.count_if(F.col("reason").isNull() & (F.col("r.entity_type") == "lineage")).alias("lineage"),
+            F.count_if(F.col("reason").isNull() & (F.col("entity_type") == "lineage")).alias("lineage"),
             F.percentile_approx(
-                F.when(F.col("reason").isNull(), F.col("r.event_time_ms")), _QUANTILES, 10_000
+                F.when(F.col("reason").isNull(), F.col("event_time_ms")), _QUANTILES, 10_000
             ).alias("q"),
         ).first()
         assert stats is not None  # a global aggregate always has one row
@@ -345,12 +378,11 @@ class _BatchWriter:
         latest: DataFrame | None = None
         if records:
             valid = parsed.where(F.col("reason").isNull()).select(
-                "r.*", "kafka_partition", "kafka_offset", "landed_at"
+                *(name for name, _ in schema.RECORD_FIELDS), "kafka_partition", "kafka_offset", "landed_at"
             )
-            valid = valid.drop("_corrupt_record")
             latest = _latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
             tasks["history"] = functools.partial(
-                _merge_history, spark, self.paths[schema.ENTITY_HISTORY], valid
+                _merge_history, spark, self.paths[schema.ENTITY_HISTORY], valid, records
             )
             tasks["entities"] = functools.partial(_merge_entities, spark, self.paths[schema.ENTITIES], latest)
             if stats["lineage"]:
@@ -420,6 +452,22 @@ class _BatchWriter:
         )
 
 
+_LOCAL_MASTER = re.compile(r"^local(?:\[(?P<n>\d+|\*)(?:,\s*\d+)?\])?$")
+
+
+def _cores(spark: SparkSession) -> int:
+    """The cores the batch's tasks run on: N of ``local[N]``, else Spark's default parallelism
+    (which ``laneway.spark.session`` sets to the shuffle partitions, 4, even on 2 cores)."""
+    import os
+
+    sc = spark.sparkContext
+    match = _LOCAL_MASTER.match(sc.master or "")
+    if match is None:
+        return max(1, sc.defaultParallelism)
+    n = match.group("n")
+    return 1 if n is None else (os.cpu_count() or 1) if n == "*" else max(1, int(n))
+
+
 def _reason_sql() -> str:
     types = ", ".join(f"'{t}'" for t in schema.ENTITY_TYPES)
     ops = ", ".join(f"'{o}'" for o in schema.OPS)
@@ -437,7 +485,7 @@ def _reason_sql() -> str:
 
 def _parse(df: DataFrame, landed_at: datetime) -> DataFrame:
     """Kafka rows -> (key, value, topic, kafka_partition, kafka_offset, kafka_timestamp, landed_at,
-    r, reason).
+    reason, and the record's fields: entity_id, entity_type, ...); ``value`` only when ``reason``.
 
     ``landed_at`` is a column of the batch's persisted rows rather than a literal in each
     MERGE: Spark inlines a literal into the Java code it generates for a query, so a new
@@ -462,8 +510,14 @@ def _parse(df: DataFrame, landed_at: datetime) -> DataFrame:
             ),
         )
         .withColumn("reason", F.expr(_reason_sql()))
-        # only quarantine keeps the raw text: the persisted batch need not hold it twice
-        .withColumn("value", F.when(F.col("reason").isNotNull(), F.col("value")))
+        .select(
+            # only quarantine keeps the raw text: the persisted batch need not hold it twice
+            *("key", F.when(F.col("reason").isNotNull(), F.col("value")).alias("value"), "topic"),
+            *("kafka_partition", "kafka_offset", "kafka_timestamp", "landed_at", "reason"),
+            # the record's fields as columns of their own: a reader of the persisted batch then
+            # decodes only the columns it uses, where a struct column is decoded whole
+            *(F.col(f"r.{name}").alias(name) for name, _ in schema.RECORD_FIELDS),
+        )
     )
 
 
@@ -476,7 +530,11 @@ def _shuffle_partitions(records: int, configured: int) -> int:
     return max(1, min(configured, -(-records // RECORDS_PER_SHUFFLE_PARTITION)))
 
 
-def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
+#: at most this many records in a batch: ``entity_history`` broadcasts the batch's keys
+BROADCAST_KEYS_MAX = 500_000
+
+
+def _merge_history(spark: SparkSession, path: str, valid: DataFrame, records: int) -> None:
     """Append each (entity_id, version) of the batch that ``entity_history`` does not hold yet.
 
     An insert-only MERGE does the same (Delta runs it as this anti-join and an append) with
@@ -485,10 +543,20 @@ def _merge_history(spark: SparkSession, path: str, valid: DataFrame) -> None:
     same key between the read and the commit; a batch replayed after a crash finds its rows
     and appends nothing.
     """
+    from pyspark.sql import functions as F
+
+    keys = ["entity_id", "version"]
     # one row per (entity_id, version): duplicates carry the same version of the same entity
-    source = valid.dropDuplicates(["entity_id", "version"])
-    stored = spark.read.format("delta").load(path).select("entity_id", "version")
-    fresh = source.join(stored, ["entity_id", "version"], "left_anti")
+    source = valid.dropDuplicates(keys)
+    stored = spark.read.format("delta").load(path).select(*keys)
+    if records > BROADCAST_KEYS_MAX:  # too many keys to hold on every executor: shuffle both
+        fresh = source.join(stored, keys, "left_anti")
+    else:
+        # the keys of the batch that the table holds already: the table is scanned against the
+        # batch's keys broadcast, never shuffled (it grows with every batch, the batch does not)
+        seen = stored.join(F.broadcast(valid.select(*keys)), keys, "left_semi")
+        # usually none (a replay, a duplicate across batches): nor is the batch shuffled for them
+        fresh = source.join(F.broadcast(seen), keys, "left_anti")
     fresh.write.format("delta").mode("append").save(path)
 
 
@@ -570,7 +638,7 @@ def _merge_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str], l
     stored = (
         DeltaTable.forPath(spark, paths[schema.ENTITIES])
         .toDF()
-        .join(batch.select("entity_id"), "entity_id", "left_semi")
+        .join(F.broadcast(batch.select("entity_id")), "entity_id", "left_semi")
         .select(*wanted, F.lit(1).alias("stored"))
     )
     current = (
@@ -665,7 +733,18 @@ def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWrite
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=f"{interval} milliseconds")
-    return stream.start()
+    if not _local(settings.checkpoint):
+        return stream.start()
+    # the query copies the session's settings when it starts: the caller's session keeps its own
+    before = spark.conf.get(_CHECKPOINT_FILE_MANAGER, None)
+    spark.conf.set(_CHECKPOINT_FILE_MANAGER, _LOCAL_CHECKPOINT_FILE_MANAGER)
+    try:
+        return stream.start()
+    finally:
+        if before is None:
+            spark.conf.unset(_CHECKPOINT_FILE_MANAGER)
+        else:
+            spark.conf.set(_CHECKPOINT_FILE_MANAGER, before)
 
 
 def run_pipeline(

@@ -20,6 +20,11 @@ runs: a before/after measured side by side, through the same checks.
 
 The harness side produces the topic; ``python -m bench.spark_bench SPEC RESULT`` runs the
 Spark side in its own process.
+
+``python -m bench.spark_bench sweep 30000/3000/15000 300000/30000/100000 --repeats 3`` runs
+the backlog part alone at several sizes (records/entities/maxOffsetsPerTrigger), side by
+side in one session, and prints per size each contender's median records/s, its ratio to the
+append, Spark jobs and processes started per micro-batch.
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ from typing import Any
 
 __all__ = ["run_spark"]
 
-#: records, entities, maxOffsetsPerTrigger, repeats (Spark on 2 shared cores is slow: sized to finish)
-SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (30_000, 3_000, 15_000, 3)}
+#: records, entities, maxOffsetsPerTrigger, repeats (Spark on 2 shared cores is slow: sized to finish).
+#: Full mode was 30,000 records in 15,000-record batches: the MERGE pipeline's ratio to the
+#: append is higher there (0.45-0.50, against 0.34-0.42 at 150,000-300,000 records in
+#: 50,000-100,000-record batches, side by side in one session: ``python -m bench.spark_bench
+#: sweep``, BENCHMARKS.md), as the append's cost is nearly all per batch and the pipeline's
+#: is not; real backlogs are millions of records. Full mode's Spark part: ~9 min here.
+SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (300_000, 30_000, 100_000, 3)}
 #: the live phase: records/s produced while each pipeline runs on a processing-time trigger, seconds
 LIVE = {"quick": (10.0, 40.0), "full": (20.0, 60.0)}
 #: the pipeline's recommended processing-time trigger, for both contenders (see laneway.spark.pipeline)
@@ -308,15 +318,12 @@ def _freshness_from_table(session: Any, path: str, commits: dict[int, float]) ->
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-
-    from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
 
     t0 = time.monotonic()
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench"))
     startup = time.monotonic() - t0
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-spark-"))
-    n = spec["records"]
     runs: list[dict[str, Any]] = []
     try:
         t0 = time.monotonic()
@@ -327,52 +334,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         for rep in range(spec["repeats"]):
             for name in names if rep % 2 == 0 else names[::-1]:
                 base = work / f"{name}-{rep}"
-                wait_s = (time.time() * 1000 - spec["produced_end_ms"]) / 1000
-                cpu0, t = _cpu_seconds(), time.monotonic()
-                notes: list[str] = []
-                r: dict[str, Any] = {"pipeline": name, "repeat": rep}
-                if name != "append":
-                    res = _run_backlog_pipeline(session, spec, name, base)
-                    wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
-                    r.update(
-                        records=res.records,
-                        batches=len(res.batches),
-                        freshness_p50_s=res.freshness_p50_s,
-                        freshness_p99_s=res.freshness_p99_s,
-                    )
-                    hist = session.read.format("delta").load(schema.table_path(base, "entity_history"))
-                    ent = session.read.format("delta").load(schema.table_path(base, "entities"))
-                    quarantined = (
-                        session.read.format("delta").load(schema.table_path(base, "quarantine")).count()
-                    )
-                    h_rows, h_distinct = hist.count(), hist.select("entity_id", "version").distinct().count()
-                    e_rows = ent.count()
-                    v_sum = ent.agg({"version": "sum"}).first()[0] or 0  # type: ignore[index]
-                    if res.records != n:
-                        notes.append(f"read {res.records} of {n} records")
-                    if h_rows != n or h_distinct != n:
-                        notes.append(f"entity_history {h_rows} rows, {h_distinct} distinct, expected {n}")
-                    if e_rows != spec["entities"] or v_sum != spec["version_sum"]:
-                        notes.append(f"entities {e_rows} rows (expected {spec['entities']}), version sum off")
-                    if quarantined:
-                        notes.append(f"{quarantined} quarantined")
-                else:
-                    path = str(base / "raw")
-                    commits = _append(session, spec, path, str(base) + "-checkpoint")
-                    wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
-                    table = session.read.format("delta").load(path)
-                    rows = table.count()
-                    distinct = table.select("entity_id", "version").distinct().count()
-                    p50, p99 = _freshness_from_table(session, path, commits)
-                    r.update(records=rows, batches=len(commits), freshness_p50_s=p50, freshness_p99_s=p99)
-                    if rows != n or distinct != n:
-                        notes.append(f"{rows} rows, {distinct} distinct, expected {n}")
-                r.update(wall_s=wall, cpu_s=cpu, rate=n / wall if wall else 0.0, notes=notes)
-                r["backlog_wait_s"] = wait_s
-                for q in ("p50", "p99"):
-                    f = r.get(f"freshness_{q}_s")
-                    r[f"landing_{q}_s"] = max(0.0, f - wait_s) if f is not None else None
-                runs.append(r)
+                runs.append(_backlog_run(session, spec, name, base, rep))
                 shutil.rmtree(base, ignore_errors=True)
         live = [_live_or_failure(session, spec, name, work / f"live-{name}") for name in names]
     finally:
@@ -386,6 +348,86 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "runs": runs,
         "live": live,
     }
+
+
+def _jobs_so_far(session: Any) -> int | None:
+    """Spark jobs submitted in this session so far (the DAG scheduler's next job id); None if unknown."""
+    try:
+        return int(session.sparkContext._jsc.sc().dagScheduler().nextJobId())
+    except Exception:  # a private field: best effort
+        return None
+
+
+def _processes_started() -> int | None:
+    """Processes this machine has started since boot (Linux ``/proc/stat``); None elsewhere."""
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                if line.startswith("processes "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep: int) -> dict[str, Any]:
+    """One timed backlog run of contender ``name`` over ``spec["topic"]``, checked; its figures."""
+    from laneway.spark import schema
+
+    n = spec["records"]
+    wait_s = (time.time() * 1000 - spec["produced_end_ms"]) / 1000
+    jobs0, forks0 = _jobs_so_far(session), _processes_started()
+    cpu0, t = _cpu_seconds(), time.monotonic()
+    notes: list[str] = []
+    r: dict[str, Any] = {"pipeline": name, "repeat": rep}
+    if name != "append":
+        res = _run_backlog_pipeline(session, spec, name, base)
+        wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
+        jobs1, forks1 = _jobs_so_far(session), _processes_started()
+        r.update(
+            records=res.records,
+            batches=len(res.batches),
+            freshness_p50_s=res.freshness_p50_s,
+            freshness_p99_s=res.freshness_p99_s,
+        )
+        hist = session.read.format("delta").load(schema.table_path(base, "entity_history"))
+        ent = session.read.format("delta").load(schema.table_path(base, "entities"))
+        quarantined = session.read.format("delta").load(schema.table_path(base, "quarantine")).count()
+        h_rows, h_distinct = hist.count(), hist.select("entity_id", "version").distinct().count()
+        e_rows = ent.count()
+        v_sum = ent.agg({"version": "sum"}).first()[0] or 0
+        if res.records != n:
+            notes.append(f"read {res.records} of {n} records")
+        if h_rows != n or h_distinct != n:
+            notes.append(f"entity_history {h_rows} rows, {h_distinct} distinct, expected {n}")
+        if e_rows != spec["entities"] or v_sum != spec["version_sum"]:
+            notes.append(f"entities {e_rows} rows (expected {spec['entities']}), version sum off")
+        if quarantined:
+            notes.append(f"{quarantined} quarantined")
+    else:
+        path = str(base / "raw")
+        commits = _append(session, spec, path, str(base) + "-checkpoint")
+        wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
+        jobs1, forks1 = _jobs_so_far(session), _processes_started()
+        table = session.read.format("delta").load(path)
+        rows = table.count()
+        distinct = table.select("entity_id", "version").distinct().count()
+        p50, p99 = _freshness_from_table(session, path, commits)
+        r.update(records=rows, batches=len(commits), freshness_p50_s=p50, freshness_p99_s=p99)
+        if rows != n or distinct != n:
+            notes.append(f"{rows} rows, {distinct} distinct, expected {n}")
+    r.update(wall_s=wall, cpu_s=cpu, rate=n / wall if wall else 0.0, notes=notes)
+    if jobs0 is not None and jobs1 is not None:
+        r["spark_jobs"] = jobs1 - jobs0
+    if forks0 is not None and forks1 is not None:  # machine-wide: other work on the box counts too
+        r["processes_started"] = forks1 - forks0
+    r["backlog_wait_s"] = wait_s
+    for q in ("p50", "p99"):
+        f = r.get(f"freshness_{q}_s")
+        r[f"landing_{q}_s"] = max(0.0, f - wait_s) if f is not None else None
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(str(base) + "-checkpoint", ignore_errors=True)
+    return r
 
 
 def _run_backlog_pipeline(session: Any, spec: dict[str, Any], name: str, base: Path) -> Any:
@@ -511,7 +553,130 @@ def _live(session: Any, spec: dict[str, Any], name: str, base: Path) -> dict[str
     return r
 
 
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs) if xs else 0.0
+
+
+def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> dict[str, Any]:
+    """The backlog runs at several sizes in one session (``python -m bench.spark_bench sweep``).
+
+    Each size is (records, entities, maxOffsetsPerTrigger), on its own pre-produced topic.
+    Each contender is warmed up once on the first size; then, per size, ``repeats`` timed
+    runs of each, in an order rotated per repeat. No live phase.
+    """
+    from bench.kafka_io import Kafka
+    from laneway.spark.session import SessionSettings, build_session
+
+    kafka = Kafka(bootstrap)
+    specs = []
+    for n, entities, per_trigger in sizes:
+        topic = kafka.topic(f"spark-sweep-{n}", 8)
+        versions = produce_entities(bootstrap, topic, n, entities)
+        specs.append(
+            {
+                "bootstrap": bootstrap,
+                "topic": topic,
+                "records": n,
+                "entities": len(versions),
+                "version_sum": sum(versions.values()),
+                "max_offsets_per_trigger": per_trigger,
+                "produced_end_ms": time.time() * 1000,
+            }
+        )
+        print(f"produced {n:,} records over {len(versions):,} entities on {topic}", flush=True)
+    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
+    work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))
+    names = contenders()
+    out: dict[str, Any] = {"sizes": [], "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    try:
+        for name in names:
+            _warm_up(session, specs[0], name, work / f"warmup-{name}")
+        for spec in specs:
+            runs = []
+            for rep in range(repeats):
+                for name in names if rep % 2 == 0 else names[::-1]:
+                    r = _backlog_run(session, spec, name, work / f"{name}-{rep}", rep)
+                    r["load_1min"] = os.getloadavg()[0]
+                    runs.append(r)
+                    size = f"{spec['records']:,} / {spec['max_offsets_per_trigger']:,}"
+                    verdict = "ok" if not r["notes"] else "FAIL " + "; ".join(r["notes"])
+                    print(
+                        f"{size:>18}  {name:<12} rep {rep}  {r['rate']:>7,.0f} rec/s  "
+                        f"wall {r['wall_s']:5.1f}s  cpu {r['cpu_s']:5.1f}s  batches {r['batches']}  "
+                        f"jobs {r.get('spark_jobs', '-')}  forks {r.get('processes_started', '-')}  "
+                        f"load {r['load_1min']:.1f}  {verdict}",
+                        flush=True,
+                    )
+            out["sizes"].append(
+                {k: spec[k] for k in ("records", "entities", "max_offsets_per_trigger")} | {"runs": runs}
+            )
+    finally:
+        session.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        kafka.delete_all()
+    print(
+        "\n| records | entities | per trigger | contender | records/s (median) | ÷ append | wall s | CPU s "
+        "| batches | jobs per batch | processes started per batch | runs (rec/s) | correct |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for size in out["sizes"]:
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in size["runs"]:
+            by.setdefault(r["pipeline"], []).append(r)
+        base = _median([r["rate"] for r in by.get("append", [])])
+        for name, rs in by.items():
+            rate = _median([r["rate"] for r in rs])
+            jobs = [r["spark_jobs"] / r["batches"] for r in rs if r.get("spark_jobs") and r["batches"]]
+            forks = [
+                r["processes_started"] / r["batches"] for r in rs if "processes_started" in r and r["batches"]
+            ]
+            cells = [
+                f"{size['records']:,}",
+                f"{size['entities']:,}",
+                f"{size['max_offsets_per_trigger']:,}",
+                name,
+                f"{rate:,.0f}",
+                f"{rate / base:.2f}" if base else "-",
+                f"{_median([r['wall_s'] for r in rs]):.1f}",
+                f"{_median([r['cpu_s'] for r in rs]):.0f}",
+                f"{_median([r['batches'] for r in rs]):.0f}",
+                f"{_median(jobs):.1f}",
+                f"{_median(forks):.0f}",
+                " / ".join(f"{r['rate']:,.0f}" for r in rs),
+                f"{'ok' if not any(r['notes'] for r in rs) else 'FAIL'} ({len(rs)})",
+            ]
+            print("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _sweep_main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.spark_bench sweep",
+        description="The Spark backlog runs at several sizes, side by side in one session.",
+    )
+    parser.add_argument("sizes", nargs="+", help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parser.parse_args(argv)
+    if not args.bootstrap:
+        parser.error("--bootstrap or LANEWAY_BOOTSTRAP is required")
+    sizes = [tuple(int(x) for x in size.split("/")) for size in args.sizes]
+    if any(len(size) != 3 for size in sizes):
+        parser.error("each size is RECORDS/ENTITIES/PER_TRIGGER")
+    out = sweep(args.bootstrap, sizes, args.repeats)  # type: ignore[arg-type]
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0 if all(not r["notes"] for size in out["sizes"] for r in size["runs"]) else 1
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["sweep"]:
+        return _sweep_main(argv[1:])
     spec_path, result_path = argv
     spec = json.loads(Path(spec_path).read_text())
     try:

@@ -7,19 +7,24 @@ replay of the whole topic changes nothing:
 1. parse each value against the record contract (``laneway.spark.schema``); a record that
    fails to parse or lacks a required field goes to ``quarantine`` (keyed by topic,
    partition, offset) and is counted, never raised;
-2. ``entity_history``: append each (entity_id, version) not already there (the table's keys
-   are scanned against the batch's keys, broadcast, then a plain append: what Delta runs for
-   an insert-only MERGE, without a MERGE's planning and bookkeeping, and without shuffling
-   the table, which grows with every batch; the pipeline is the table's only writer);
-3. ``entities``: per entity the batch's newest version, applied only when newer than the
+2. ``entities``: per entity the batch's newest version, applied only when newer than the
    stored one (a delete sets ``deleted``: an older change replayed later cannot undo it);
+3. ``entity_history``: append each (entity_id, version) not already there, after the
+   ``entities`` MERGE has committed. Every key in ``entity_history`` is then at or below its
+   entity's version in ``entities`` (a crash between the two commits leaves ``entities``
+   ahead, never behind), so only a record at or below its entity's stored version (as of
+   before the batch: a replay, a duplicate, an out-of-order version) can be there already:
+   ``entities`` (one row per entity) is read for those before the MERGE, and
+   ``entity_history`` (every version, growing with every batch) only when there are any,
+   for their keys; the rest is a plain append. The pipeline is the table's only writer;
 4. ``lineage_edges``: for the lineage entities in the batch, the newer of the stored
    ``entities`` row and the batch's row;
 5. every ``compact_every`` batches, ``OPTIMIZE`` (bin-packing small files) each table.
 
-Steps 2-4 (and the quarantine) write different tables and do not depend on each other's
-result, so they run side by side, each in its own thread: a MERGE spends much of its time
-on the driver (log listing, planning, commit), and side by side those waits overlap.
+Steps 2-3 run in this order in one thread; step 4 (and the quarantine) write other tables
+and do not depend on their result, so they run side by side with them, each in its own
+thread: a MERGE spends much of its time on the driver (log listing, planning, commit), and
+side by side those waits overlap.
 
 Most of a batch's cost is fixed: Spark jobs, stages and tasks, whatever the batch size.
 So the batch is hash-partitioned by ``entity_id`` into as many partitions as the cluster has
@@ -381,10 +386,12 @@ class _BatchWriter:
                 *(name for name, _ in schema.RECORD_FIELDS), "kafka_partition", "kafka_offset", "landed_at"
             )
             latest = _latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
-            tasks["history"] = functools.partial(
-                _merge_history, spark, self.paths[schema.ENTITY_HISTORY], valid, records
+            # entities before history, in one thread: the order keeps history exactly-once
+            tasks["entities"] = functools.partial(
+                _merge_entities_then_history,
+                *(spark, self.paths, valid, latest, records),
+                check_all=not self.reports,  # the run's first batch (_merge_entities_then_history)
             )
-            tasks["entities"] = functools.partial(_merge_entities, spark, self.paths[schema.ENTITIES], latest)
             if stats["lineage"]:
                 tasks["lineage"] = functools.partial(_merge_lineage, spark, self.paths, latest)
         if quarantined:
@@ -532,12 +539,59 @@ def _shuffle_partitions(records: int, configured: int) -> int:
 
 #: at most this many records in a batch: ``entity_history`` broadcasts the batch's keys
 BROADCAST_KEYS_MAX = 500_000
+#: at most this many of a batch's entities are checked against ``entity_history`` by key; more
+#: (a replay of the topic) and every key of the batch is checked, as a batch without the guard
+SUSPECTS_MAX = 10_000
 
 
-def _merge_history(spark: SparkSession, path: str, valid: DataFrame, records: int) -> None:
+def _history_suspects(
+    spark: SparkSession, entities_path: str, valid: DataFrame, records: int
+) -> list[Any] | None:
+    """The batch's entities whose stored ``entities`` version is at or above the batch's lowest
+    version of them, as rows of (entity_id, stored_version); None when more than ``SUSPECTS_MAX``.
+
+    Only these entities' records can already be in ``entity_history``, because every
+    (entity_id, version) in ``entity_history`` is at or below that entity's version in
+    ``entities``: the history append of a batch commits only after its ``entities`` MERGE has
+    (``_merge_entities_then_history``), and ``entities`` versions never go down. A crash between
+    the two commits leaves ``entities`` ahead of ``entity_history``, never behind: the replayed
+    batch's records at or below the stored version are then checked against the history.
+
+    Must read ``entities`` before this batch's MERGE commits (the caller runs it first): after it,
+    the batch's own newest versions would make every entity of the batch a suspect.
+    """
+    from pyspark.sql import functions as F
+
+    # by entity_id, as the batch is partitioned: no shuffle of the batch
+    lowest = valid.groupBy("entity_id").agg(F.min("version").alias("lowest"))
+    if records <= BROADCAST_KEYS_MAX:
+        lowest = F.broadcast(lowest)
+    stored = (
+        spark.read.format("delta")
+        .load(entities_path)
+        .select("entity_id", F.col("version").alias("stored_version"))
+    )
+    rows = (
+        stored.join(lowest, "entity_id")
+        .where(F.col("lowest") <= F.col("stored_version"))
+        .select("entity_id", "stored_version")
+        .limit(SUSPECTS_MAX + 1)
+        .collect()
+    )
+    return None if len(rows) > SUSPECTS_MAX else rows
+
+
+def _merge_history(
+    spark: SparkSession, path: str, valid: DataFrame, records: int, suspects: list[Any] | None
+) -> None:
     """Append each (entity_id, version) of the batch that ``entity_history`` does not hold yet.
 
-    An insert-only MERGE does the same (Delta runs it as this anti-join and an append) with
+    ``suspects`` (``_history_suspects``): the only entities whose records can be there already,
+    with their stored version; None: any. With none (a batch of new versions: the usual case)
+    the batch's keys are appended without reading the table. Otherwise the keys of the
+    suspects' records at or below the stored version are looked up in the table first.
+
+    An insert-only MERGE does the same (Delta runs it as an anti-join and an append) with
     a MERGE's extra planning and bookkeeping per batch. The pipeline is the table's only
     writer (its streaming checkpoint admits one running query), so nothing can insert the
     same key between the read and the commit; a batch replayed after a crash finds its rows
@@ -548,13 +602,25 @@ def _merge_history(spark: SparkSession, path: str, valid: DataFrame, records: in
     keys = ["entity_id", "version"]
     # one row per (entity_id, version): duplicates carry the same version of the same entity
     source = valid.dropDuplicates(keys)
+    if suspects is not None and not suspects:
+        source.write.format("delta").mode("append").save(path)
+        return
     stored = spark.read.format("delta").load(path).select(*keys)
+    if suspects is not None:
+        known = spark.createDataFrame(suspects, "entity_id STRING, stored_version BIGINT")
+        check = (
+            valid.join(F.broadcast(known), "entity_id")
+            .where(F.col("version") <= F.col("stored_version"))
+            .select(*keys)
+        )
+    else:
+        check = valid.select(*keys)
     if records > BROADCAST_KEYS_MAX:  # too many keys to hold on every executor: shuffle both
         fresh = source.join(stored, keys, "left_anti")
     else:
         # the keys of the batch that the table holds already: the table is scanned against the
-        # batch's keys broadcast, never shuffled (it grows with every batch, the batch does not)
-        seen = stored.join(F.broadcast(valid.select(*keys)), keys, "left_semi")
+        # keys to check broadcast, never shuffled (it grows with every batch, the batch does not)
+        seen = stored.join(F.broadcast(check), keys, "left_semi")
         # usually none (a replay, a duplicate across batches): nor is the batch shuffled for them
         fresh = source.join(F.broadcast(seen), keys, "left_anti")
     fresh.write.format("delta").mode("append").save(path)
@@ -586,6 +652,44 @@ def _merge_entities(spark: SparkSession, path: str, latest: DataFrame) -> None:
         .whenNotMatchedInsertAll()
         .execute()
     )
+
+
+def _merge_entities_then_history(
+    spark: SparkSession,
+    paths: Mapping[schema.TableName, str],
+    valid: DataFrame,
+    latest: DataFrame,
+    records: int,
+    *,
+    check_all: bool = False,
+) -> dict[str, float]:
+    """``entities``' MERGE, then ``entity_history``'s append, in this order (one thread).
+
+    The order is what keeps ``entity_history`` exactly-once without reading it whole each
+    batch (``_history_suspects``): a batch killed or failed between the two commits has
+    advanced ``entities`` but not ``entity_history``, and its replay checks exactly the records
+    at or below ``entities``' versions. The reverse order (or both side by side) could leave
+    history rows above ``entities``' version, which a replay would append again.
+
+    ``check_all``: look every key of the batch up in ``entity_history``, as before this order
+    was kept. The first batch of each run does (``_BatchWriter``): after a restart it is the
+    batch a crash may have cut short, and tables written by an older pipeline, which ran the
+    two side by side, may hold history above ``entities`` from such a crash.
+    """
+    phases: dict[str, float] = {}
+    mark = time.monotonic()
+    # before the MERGE below commits: the stored versions as of before this batch
+    suspects = None if check_all else _history_suspects(spark, paths[schema.ENTITIES], valid, records)
+    phases["suspects"] = time.monotonic() - mark
+    mark = time.monotonic()
+    _merge_entities(spark, paths[schema.ENTITIES], latest)
+    phases["entities"] = time.monotonic() - mark
+    mark = time.monotonic()
+    _merge_history(spark, paths[schema.ENTITY_HISTORY], valid, records, suspects)
+    phases["history"] = time.monotonic() - mark
+    if suspects:
+        logger.debug("%d entities checked against entity_history", len(suspects))
+    return phases
 
 
 def _run_concurrently(

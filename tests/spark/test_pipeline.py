@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from laneway.spark import schema
 from laneway.spark.pipeline import PipelineSettings, run_pipeline
 from tests.spark.conftest import (
     TEST_JVM_OPTIONS,
+    CatalogTopic,
     Landed,
     delete_topic,
     entity_state,
@@ -84,16 +86,32 @@ def test_malformed_records_are_quarantined(spark: Any, landed: Landed) -> None:
     assert all(r["topic"] == landed.topic.topic and r["kafka_offset"] >= 0 for r in rows)
 
 
-def test_replay_of_the_whole_topic_changes_nothing(spark: Any, landed: Landed, kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("suspects_max", [None, 0])
+def test_replay_of_the_whole_topic_changes_nothing(
+    spark: Any,
+    landed: Landed,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    suspects_max: int | None,
+) -> None:
+    from laneway.spark import pipeline
+
+    if suspects_max is not None:  # more replayed entities than that: every key of a batch is checked
+        monkeypatch.setattr(pipeline, "SUSPECTS_MAX", suspects_max)
     before = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
     settings = PipelineSettings(
         bootstrap=kafka_bootstrap,
         topic=landed.topic.topic,
         warehouse=landed.warehouse,
-        checkpoint=landed.checkpoint + "-replay",  # a fresh checkpoint: from the earliest offsets again
+        # a fresh checkpoint: from the earliest offsets again
+        checkpoint=f"{landed.checkpoint}-replay-{suspects_max}",
+        # several batches: a run's first batch looks every key up in entity_history, the next
+        # ones only those of entities stored at or above the batch's versions
+        max_offsets_per_trigger=30,
         compact_every=0,
     )
     result = run_pipeline(settings, spark)
+    assert len(result.batches) >= 3
     assert result.records == len(landed.topic.records) and result.quarantined == len(MALFORMED)
     after = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
     for table in schema.TABLES:
@@ -152,3 +170,55 @@ def test_killed_mid_stream_then_restarted(
         assert len(read_table(spark, warehouse, schema.QUARANTINE)) == 2
     finally:
         delete_topic(kafka_admin, topic)
+
+
+@pytest.mark.parametrize("failing", ["_merge_entities", "_merge_history"])
+def test_batch_failed_between_commits_is_replayed_exactly_once(
+    spark: Any,
+    kafka_bootstrap: str,
+    catalog_topic: CatalogTopic,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """A batch that fails after some of its tables committed, then a replay of the topic with a
+    fresh checkpoint: ``entity_history`` still ends with every (entity_id, version) once.
+    ``entity_history`` relies on ``entities`` committing first (``_merge_entities_then_history``):
+    with the entities MERGE failing, a history committed side by side would be ahead of
+    ``entities`` and the replayed batch's rows appended again (the run's first batch checks
+    every key: a replay from the failed run's own checkpoint would not show it)."""
+    from laneway.spark import pipeline
+
+    real = getattr(pipeline, failing)
+    calls = 0
+
+    def fail_on_the_second_batch(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError(f"{failing} failed (injected)")
+        real(*args, **kwargs)
+
+    settings = PipelineSettings(
+        bootstrap=kafka_bootstrap,
+        topic=catalog_topic.topic,
+        warehouse=str(tmp_path / "warehouse"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        max_offsets_per_trigger=30,
+        compact_every=0,
+    )
+    monkeypatch.setattr(pipeline, failing, fail_on_the_second_batch)
+    with pytest.raises(pipeline.PipelineError, match="injected"):
+        run_pipeline(settings, spark)
+    assert calls == 2
+    monkeypatch.setattr(pipeline, failing, real)
+    replay = dataclasses.replace(settings, checkpoint=str(tmp_path / "checkpoint-replay"))
+    result = run_pipeline(replay, spark)  # from the earliest offsets: the failed batch is the second again
+    assert len(result.batches) >= 3
+    assert run_pipeline(settings, spark).batches  # the failed run's checkpoint: the failed batch, the rest
+
+    records = catalog_topic.records
+    keys = history_keys(spark, settings.warehouse)
+    assert len(keys) == len(set(keys)) and set(keys) == {(r["entity_id"], r["version"]) for r in records}
+    assert entity_state(spark, settings.warehouse) == expected_state(records)
+    assert _lineage(spark, settings.warehouse) == expected_lineage(records)

@@ -630,7 +630,8 @@ def _latest(valid: DataFrame) -> DataFrame:
     """Per entity the batch's newest version (ties: the earliest offset), with ``deleted``."""
     from pyspark.sql import functions as F
 
-    # a hash aggregate rather than a sort
+    # planned as a sort aggregate (the max_by buffer, a struct, is not one Spark's hash aggregate
+    # holds), within the batch's partitions by entity_id: a sort of the batch, no shuffle
     order = F.struct(F.col("version"), -F.col("kafka_partition"), -F.col("kafka_offset"))
     return (
         valid.groupBy("entity_id")

@@ -62,6 +62,21 @@ ENTITY_TYPES = ("database", "table", "column", "owner", "lineage")
 BASELINE_ENV = "LANEWAY_BENCH_SPARK_BASELINE"
 
 
+def _backlog_spec(
+    bootstrap: str, topic: str, records: int, versions: dict[str, int], per_trigger: int
+) -> dict[str, Any]:
+    """What a backlog run needs to know of its pre-produced topic, and what its checks compare."""
+    return {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "records": records,
+        "entities": len(versions),
+        "version_sum": sum(versions.values()),
+        "max_offsets_per_trigger": per_trigger,
+        "produced_end_ms": time.time() * 1000,
+    }
+
+
 def contenders() -> list[str]:
     return ["merge", "merge-before", "append"] if os.environ.get(BASELINE_ENV) else ["merge", "append"]
 
@@ -131,14 +146,8 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
         f"({time.monotonic() - t0:.0f}s)"
     )
     spec = {
-        "bootstrap": bootstrap,
-        "topic": topic,
-        "records": n,
-        "entities": len(versions),
-        "version_sum": sum(versions.values()),
-        "max_offsets_per_trigger": per_trigger,
+        **_backlog_spec(bootstrap, topic, n, versions, per_trigger),
         "repeats": repeats,
-        "produced_end_ms": time.time() * 1000,
         "live": {"rate": live_rate, "seconds": live_seconds, "topics": live_topics, "entities": entities},
     }
     spec_path = out / "runs" / "spark.spec.json"
@@ -574,17 +583,7 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
     for n, entities, per_trigger in sizes:
         topic = kafka.topic(f"spark-sweep-{n}", 8)
         versions = produce_entities(bootstrap, topic, n, entities)
-        specs.append(
-            {
-                "bootstrap": bootstrap,
-                "topic": topic,
-                "records": n,
-                "entities": len(versions),
-                "version_sum": sum(versions.values()),
-                "max_offsets_per_trigger": per_trigger,
-                "produced_end_ms": time.time() * 1000,
-            }
-        )
+        specs.append(_backlog_spec(bootstrap, topic, n, versions, per_trigger))
         print(f"produced {n:,} records over {len(versions):,} entities on {topic}", flush=True)
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))

@@ -435,14 +435,19 @@ def targets(results: dict[str, Any]) -> str:
                 ("met" if r >= 0.5 else "**not met**") + f" ({r / 0.5:.2f}x the bar)",
             ]
         )
-    if ("laneway-key", 256) in io:
+    # the I/O target, for each kind of handler: a plain function (worker threads) and an
+    # ``async def`` one (the event loop), which is what the README advises for I/O
+    for c, kind in (("laneway-key", "plain function"), ("laneway-key-async", "`async def`")):
+        if (c, 256) not in io:
+            continue
         sleep = results["scenarios"]["io"]["sleep_s"]
-        ideal = min(256 / sleep, lk or float("inf"))
-        got = io[("laneway-key", 256)]
+        ideal = min(256 / sleep, noop.get(c) or float("inf"))
+        got = io[(c, 256)]
         r = got / ideal
         rows.append(
             [
-                "5 ms I/O, 10,000 keys, concurrency 256: ≥ 90% of min(256/5 ms, no-op rate)",
+                f"5 ms I/O, 10,000 keys, concurrency 256, {kind} handler: "
+                "≥ 90% of min(256/5 ms, no-op rate)",
                 f"{got:,.0f} / {ideal:,.0f} = {r:.0%}",
                 ("met" if r >= 0.9 else "**not met**") + f" ({r / 0.9:.2f}x the bar)",
             ]

@@ -221,7 +221,7 @@ def _baseline() -> tuple[Any, dict[str, str]]:
     """The baseline checkout's pipeline module and its runtime session settings."""
     root = Path(os.environ[BASELINE_ENV])
     modules = {}
-    for name in ("pipeline", "session"):
+    for name in ("schema", "pipeline", "session"):
         path = root / "laneway" / "spark" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
         assert spec is not None and spec.loader is not None
@@ -229,6 +229,9 @@ def _baseline() -> tuple[Any, dict[str, str]]:
         sys.modules[spec.name] = module  # dataclasses look their module up
         spec.loader.exec_module(module)
         modules[name] = module
+    # the baseline pipeline imported this checkout's ``laneway.spark.schema``: its tables (DDL,
+    # table properties) are the baseline's own
+    modules["pipeline"].schema = modules["schema"]
     conf = modules["session"].SessionSettings(master="local[2]").spark_conf([])
     runtime = {k: v for k, v in conf.items() if k.startswith(("spark.sql.", "spark.databricks.delta."))}
     return modules["pipeline"], runtime

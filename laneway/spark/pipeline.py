@@ -17,14 +17,14 @@ replay of the whole topic changes nothing:
    ``entities`` (one row per entity) is read for those before the MERGE, and
    ``entity_history`` (every version, growing with every batch) only when there are any,
    for their keys; the rest is a plain append. The pipeline is the table's only writer;
-4. ``lineage_edges``: for the lineage entities in the batch, the newer of the stored
-   ``entities`` row and the batch's row;
+4. ``lineage_edges``: after the ``entities`` MERGE has committed, rewritten whole from it (the
+   lineage entities that are not deleted and have both ends), side by side with step 3;
 5. every ``compact_every`` batches, ``OPTIMIZE`` (bin-packing small files) each table.
 
-Steps 2-3 run in this order in one thread; step 4 (and the quarantine) write other tables
-and do not depend on their result, so they run side by side with them, each in its own
-thread: a MERGE spends much of its time on the driver (log listing, planning, commit), and
-side by side those waits overlap.
+Step 2 runs first, then steps 3 and 4 side by side, in threads of their own; the quarantine
+writes another table and depends on none of them, so it runs beside all three: a Delta write
+spends much of its time on the driver (log listing, planning, commit), and side by side those
+waits overlap.
 
 Most of a batch's cost is fixed: Spark jobs, stages and tasks, whatever the batch size.
 So the batch is hash-partitioned by ``entity_id`` into as many partitions as the cluster has
@@ -85,7 +85,7 @@ from laneway.spark import schema
 from laneway.spark.session import SessionSettings, build_session
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "AVAILABLE_NOW",
@@ -365,7 +365,6 @@ class _BatchWriter:
         stats = parsed.agg(
             F.count_if(F.col("reason").isNull()).alias("records"),
             F.count_if(F.col("reason").isNotNull()).alias("quarantined"),
-            F.count_if(F.col("reason").isNull() & (F.col("entity_type") == "lineage")).alias("lineage"),
             F.percentile_approx(
                 F.when(F.col("reason").isNull(), F.col("event_time_ms")), _QUANTILES, 10_000
             ).alias("q"),
@@ -392,8 +391,6 @@ class _BatchWriter:
                 *(spark, self.paths, valid, latest, records),
                 check_all=not self.reports,  # the run's first batch (_merge_entities_then_history)
             )
-            if stats["lineage"]:
-                tasks["lineage"] = functools.partial(_merge_lineage, spark, self.paths, latest)
         if quarantined:
             logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
             tasks["quarantine"] = functools.partial(
@@ -664,7 +661,8 @@ def _merge_entities_then_history(
     *,
     check_all: bool = False,
 ) -> dict[str, float]:
-    """``entities``' MERGE, then ``entity_history``'s append, in this order (one thread).
+    """``entities``' MERGE, then ``entity_history``'s append and ``lineage_edges``' rewrite
+    (``_write_lineage``) side by side.
 
     The order is what keeps ``entity_history`` exactly-once without reading it whole each
     batch (``_history_suspects``): a batch killed or failed between the two commits has
@@ -685,9 +683,15 @@ def _merge_entities_then_history(
     mark = time.monotonic()
     _merge_entities(spark, paths[schema.ENTITIES], latest)
     phases["entities"] = time.monotonic() - mark
-    mark = time.monotonic()
-    _merge_history(spark, paths[schema.ENTITY_HISTORY], valid, records, suspects)
-    phases["history"] = time.monotonic() - mark
+    # both read or extend what the MERGE above committed, and touch different tables; every batch
+    # rewrites the edges: one whose entities' type changed (from lineage) has no lineage record
+    after: dict[str, Callable[[], dict[str, float] | None]] = {
+        "history": functools.partial(
+            _merge_history, spark, paths[schema.ENTITY_HISTORY], valid, records, suspects
+        ),
+        "lineage": functools.partial(_write_lineage, spark, paths),
+    }
+    phases.update(_run_concurrently(spark, after))
     if suspects:
         logger.debug("%d entities checked against entity_history", len(suspects))
     return phases
@@ -725,54 +729,41 @@ def _run_concurrently(
     return phases
 
 
-def _merge_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str], latest: DataFrame) -> None:
-    """Bring the batch's lineage edges to the current state of their ``entities`` rows.
+def _write_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str]) -> None:
+    """Rewrite ``lineage_edges`` from ``entities`` as committed: one edge per lineage entity
+    that is not deleted and has both ends.
 
-    That state is, per lineage entity, the newer of its stored row and the batch's newest
-    row (ties: the stored one), which is what the ``entities`` MERGE writes: the same
-    whether that MERGE has committed yet or not, so the two run side by side. A replayed
-    old version therefore cannot resurrect an edge deleted later.
+    Runs after the batch's ``entities`` MERGE has committed (``_merge_entities_then_history``),
+    so a replayed old version cannot resurrect an edge deleted later: ``entities`` keeps the
+    delete. A pure function of ``entities``: replaying it changes nothing, and a batch that
+    failed after ``entities`` committed leaves edges that the next batch rewrites whole. Every
+    batch with records rewrites it: the batch that turns a lineage entity into another type
+    need not hold a lineage record.
+
+    A MERGE of the batch's edges did the same with a read of ``entities`` for the batch's edge
+    ids, two passes over the table and the planning, generated code and commit of a MERGE of
+    three clauses: 300,000 records in 100,000-record batches landed at 0.36 of the plain append
+    with it and 0.49 with no lineage step at all (one session, side by side); with this rewrite,
+    0.43 against 0.37 (BENCHMARKS.md). Both read all of ``entities`` (the batch's ids are not
+    clustered in its files) and rewrite the edges' files, nearly all of them at random ids.
     """
-    from delta.tables import DeltaTable
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    columns = ["source_id", "target_id", "description", "attributes", "version", "event_time_ms", "landed_at"]
-    wanted = ["entity_id", *columns, "deleted"]
-    batch = latest.where(F.col("entity_type") == "lineage").select(*wanted, F.lit(0).alias("stored"))
-    stored = (
-        DeltaTable.forPath(spark, paths[schema.ENTITIES])
-        .toDF()
-        .join(F.broadcast(batch.select("entity_id")), "entity_id", "left_semi")
-        .select(*wanted, F.lit(1).alias("stored"))
-    )
-    current = (
-        batch.unionByName(stored)
-        .groupBy("entity_id")
-        .agg(F.max_by(F.struct(*wanted), F.struct("version", "stored")).alias("row"))
+    edges = (
+        spark.read.format("delta")
+        .load(paths[schema.ENTITIES])
+        .where(
+            (F.col("entity_type") == "lineage")
+            & ~F.col("deleted")
+            & F.col("source_id").isNotNull()
+            & F.col("target_id").isNotNull()
+        )
         .select(
-            F.col("row.entity_id").alias("edge_id"),
-            *(F.col(f"row.{c}").alias(c) for c in columns),
-            (F.col("row.deleted") | F.col("row.source_id").isNull() | F.col("row.target_id").isNull()).alias(
-                "gone"
-            ),
+            F.col("entity_id").alias("edge_id"),
+            *("source_id", "target_id", "description", "attributes", "version", "event_time_ms", "landed_at"),
         )
     )
-    values: dict[str, str | Column] = {c: f"s.{c}" for c in columns}
-    # MERGE reads its source twice (matching files, then writing): read ``entities`` once
-    current = current.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        (
-            DeltaTable.forPath(spark, paths[schema.LINEAGE_EDGES])
-            .alias("t")
-            .merge(current.alias("s"), "t.edge_id = s.edge_id")
-            .whenMatchedDelete(condition="s.gone")
-            .whenMatchedUpdate(condition="s.version > t.version", set=values)
-            .whenNotMatchedInsert(condition="NOT s.gone", values={"edge_id": "s.edge_id", **values})
-            .execute()
-        )
-    finally:
-        current.unpersist()
+    edges.write.format("delta").mode("overwrite").save(paths[schema.LINEAGE_EDGES])
 
 
 def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame) -> None:

@@ -222,3 +222,39 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
     assert len(keys) == len(set(keys)) and set(keys) == {(r["entity_id"], r["version"]) for r in records}
     assert entity_state(spark, settings.warehouse) == expected_state(records)
     assert _lineage(spark, settings.warehouse) == expected_lineage(records)
+
+
+def test_lineage_edges_follow_the_entities_rows(
+    spark: Any, kafka_bootstrap: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    """``lineage_edges`` holds the lineage entities as ``entities`` has them: an edge goes when its
+    entity stops being one, in a batch without any lineage record (``_write_lineage``); a MERGE
+    of the batch's lineage records left it there."""
+    from tests.spark.entities import _record
+
+    edge = {"source_id": "table:db.a", "target_id": "table:db.b"}
+    records = [
+        _record("lineage:db.a->db.b", "lineage", 1, "create", **edge),
+        _record("lineage:db.b->db.c", "lineage", 1, "create", source_id="table:db.b", target_id="table:db.c"),
+        _record("table:db.a", "table", 1, "create"),
+        # the first edge's entity, now a table: its batch (one record per batch) holds no lineage record
+        _record("lineage:db.a->db.b", "table", 2, "update", **edge),
+    ]
+    topic = new_topic(kafka_admin, partitions=1)
+    try:
+        produce(kafka_bootstrap, topic, records)
+        settings = PipelineSettings(
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            warehouse=str(tmp_path / "warehouse"),
+            checkpoint=str(tmp_path / "checkpoint"),
+            max_offsets_per_trigger=1,
+            compact_every=0,
+        )
+        result = run_pipeline(settings, spark)
+        assert len(result.batches) == len(records)
+        assert expected_lineage(records) == {"lineage:db.b->db.c": ("table:db.b", "table:db.c")}
+        assert _lineage(spark, settings.warehouse) == expected_lineage(records)
+        assert entity_state(spark, settings.warehouse) == expected_state(records)
+    finally:
+        delete_topic(kafka_admin, topic)

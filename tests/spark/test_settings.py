@@ -74,6 +74,9 @@ def test_session_conf_has_delta_and_small_defaults() -> None:
     assert conf["spark.sql.shuffle.partitions"] == "8"  # conf wins
     # a batch generates ~110 classes: Spark's default cache of 100 recompiled them every batch
     assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 500
+    assert "-XX:+UseParallelGC" in conf["spark.driver.extraJavaOptions"]  # a JVM this session starts
+    own = SessionSettings(conf={"spark.driver.extraJavaOptions": "-Xss4m"}).spark_conf([])
+    assert own["spark.driver.extraJavaOptions"] == "-Xss4m"  # conf wins here too
 
 
 def test_stats_columns_are_columns_of_their_table() -> None:

@@ -24,7 +24,8 @@ Spark side in its own process.
 ``python -m bench.spark_bench sweep 30000/3000/15000 300000/30000/100000 --repeats 3`` runs
 the backlog part alone at several sizes (records/entities/maxOffsetsPerTrigger), side by
 side in one session, and prints per size each contender's median records/s, its ratio to the
-append, Spark jobs and processes started per micro-batch.
+append, Spark jobs and processes started per micro-batch, and (Linux) the JVM's CPU seconds by
+kind of thread: Spark tasks, the JIT compilers, garbage collection, the rest (driver, scheduler).
 """
 
 from __future__ import annotations
@@ -362,6 +363,46 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: JVM thread names (Linux truncates them to 15 characters) -> the kind of work they do
+_THREAD_KINDS = (("Executor task l", "tasks"), ("C1 CompilerThre", "jit"), ("C2 CompilerThre", "jit"))
+_GC_THREADS = ("GC Thread", "G1 ", "VM Thread", "Sweeper thread")
+
+
+def _jvm_cpu() -> dict[str, float] | None:
+    """CPU seconds so far of the session's JVM (Linux ``/proc``): ``total`` and its live threads
+    by id as (kind, seconds), kind one of tasks (Spark tasks), jit (the JIT compilers), gc (the
+    collectors, safepoints, code cache sweeper) or other (driver, scheduler, ...); None elsewhere."""
+    import psutil
+
+    jvm = next((c for c in psutil.Process().children(recursive=True) if c.name() == "java"), None)
+    if jvm is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, Any] = {"total": float(sum(jvm.cpu_times()[:2])), "threads": {}}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{jvm.pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{jvm.pid}/task/{tid}/stat").read_text()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2 :].split()
+                kind = next((k for prefix, k in _THREAD_KINDS if name.startswith(prefix)), None)
+                kind = kind or ("gc" if name.startswith(_GC_THREADS) else "other")
+                out["threads"][tid] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _jvm_cpu_split(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, float] | None:
+    """The JVM's CPU seconds between two ``_jvm_cpu`` readings by kind of thread; threads that
+    ended meanwhile (a query's stream thread, py4j callback threads) count as other."""
+    if before is None or after is None:
+        return None
+    split = dict.fromkeys(("tasks", "jit", "gc", "other"), 0.0)
+    for tid, (kind, seconds) in after["threads"].items():
+        split[kind] += seconds - before["threads"].get(tid, (kind, 0.0))[1]
+    split["other"] += (after["total"] - before["total"]) - sum(split.values())
+    return {k: round(max(0.0, v), 1) for k, v in split.items()}
+
+
 def _jobs_so_far(session: Any) -> int | None:
     """Spark jobs submitted in this session so far (the DAG scheduler's next job id); None if unknown."""
     try:
@@ -389,13 +430,14 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
     n = spec["records"]
     wait_s = (time.time() * 1000 - spec["produced_end_ms"]) / 1000
     jobs0, forks0 = _jobs_so_far(session), _processes_started()
+    jvm0 = _jvm_cpu()
     cpu0, t = _cpu_seconds(), time.monotonic()
     notes: list[str] = []
     r: dict[str, Any] = {"pipeline": name, "repeat": rep}
     if name != "append":
         res = _run_backlog_pipeline(session, spec, name, base)
         wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
-        jobs1, forks1 = _jobs_so_far(session), _processes_started()
+        jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
         r.update(
             records=res.records,
             batches=len(res.batches),
@@ -420,7 +462,7 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
         path = str(base / "raw")
         commits = _append(session, spec, path, str(base) + "-checkpoint")
         wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
-        jobs1, forks1 = _jobs_so_far(session), _processes_started()
+        jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
         table = session.read.format("delta").load(path)
         rows = table.count()
         distinct = table.select("entity_id", "version").distinct().count()
@@ -429,6 +471,9 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
         if rows != n or distinct != n:
             notes.append(f"{rows} rows, {distinct} distinct, expected {n}")
     r.update(wall_s=wall, cpu_s=cpu, rate=n / wall if wall else 0.0, notes=notes)
+    split = _jvm_cpu_split(jvm0, jvm1)
+    if split is not None:  # the JVM's CPU over the run, by kind of thread (the sweep prints it)
+        r["jvm_cpu_s"] = split
     if jobs0 is not None and jobs1 is not None:
         r["spark_jobs"] = jobs1 - jobs0
     if forks0 is not None and forks1 is not None:  # machine-wide: other work on the box counts too
@@ -604,11 +649,13 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
                     runs.append(r)
                     size = f"{spec['records']:,} / {spec['max_offsets_per_trigger']:,}"
                     verdict = "ok" if not r["notes"] else "FAIL " + "; ".join(r["notes"])
+                    split = r.get("jvm_cpu_s")
+                    jvm = " ".join(f"{k} {v:.1f}" for k, v in split.items()) if split else "-"
                     print(
                         f"{size:>18}  {name:<12} rep {rep}  {r['rate']:>7,.0f} rec/s  "
                         f"wall {r['wall_s']:5.1f}s  cpu {r['cpu_s']:5.1f}s  batches {r['batches']}  "
                         f"jobs {r.get('spark_jobs', '-')}  forks {r.get('processes_started', '-')}  "
-                        f"load {r['load_1min']:.1f}  {verdict}",
+                        f"load {r['load_1min']:.1f}  JVM cpu s: {jvm}  {verdict}",
                         flush=True,
                     )
             out["sizes"].append(
@@ -620,9 +667,10 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
         kafka.delete_all()
     print(
         "\n| records | entities | per trigger | contender | records/s (median) | ÷ append | wall s | CPU s "
-        "| batches | jobs per batch | processes started per batch | runs (rec/s) | correct |"
+        "| JVM CPU s: tasks / JIT / GC / other | batches | jobs per batch | processes started per batch "
+        "| runs (rec/s) | correct |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size in out["sizes"]:
         by: dict[str, list[dict[str, Any]]] = {}
         for r in size["runs"]:
@@ -643,6 +691,10 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
                 f"{rate / base:.2f}" if base else "-",
                 f"{_median([r['wall_s'] for r in rs]):.1f}",
                 f"{_median([r['cpu_s'] for r in rs]):.0f}",
+                " / ".join(
+                    f"{_median([r['jvm_cpu_s'][k] for r in rs if r.get('jvm_cpu_s')]):.1f}"
+                    for k in ("tasks", "jit", "gc", "other")
+                ),
                 f"{_median([r['batches'] for r in rs]):.0f}",
                 f"{_median(jobs):.1f}",
                 f"{_median(forks):.0f}",

@@ -385,11 +385,12 @@ class _BatchWriter:
                 *(name for name, _ in schema.RECORD_FIELDS), "kafka_partition", "kafka_offset", "landed_at"
             )
             latest = _latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
-            # entities before history, in one thread: the order keeps history exactly-once
+            # entities first, then history and lineage (which follow from it): the order keeps
+            # history exactly-once and lineage_edges current
             tasks["entities"] = functools.partial(
-                _merge_entities_then_history,
+                _merge_entities_then_derived,
                 *(spark, self.paths, valid, latest, records),
-                check_all=not self.reports,  # the run's first batch (_merge_entities_then_history)
+                check_all=not self.reports,  # the run's first batch (_merge_entities_then_derived)
             )
         if quarantined:
             logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
@@ -550,7 +551,7 @@ def _history_suspects(
     Only these entities' records can already be in ``entity_history``, because every
     (entity_id, version) in ``entity_history`` is at or below that entity's version in
     ``entities``: the history append of a batch commits only after its ``entities`` MERGE has
-    (``_merge_entities_then_history``), and ``entities`` versions never go down. A crash between
+    (``_merge_entities_then_derived``), and ``entities`` versions never go down. A crash between
     the two commits leaves ``entities`` ahead of ``entity_history``, never behind: the replayed
     batch's records at or below the stored version are then checked against the history.
 
@@ -652,7 +653,7 @@ def _merge_entities(spark: SparkSession, path: str, latest: DataFrame) -> None:
     )
 
 
-def _merge_entities_then_history(
+def _merge_entities_then_derived(
     spark: SparkSession,
     paths: Mapping[schema.TableName, str],
     valid: DataFrame,
@@ -733,7 +734,7 @@ def _write_lineage(spark: SparkSession, paths: Mapping[schema.TableName, str]) -
     """Rewrite ``lineage_edges`` from ``entities`` as committed: one edge per lineage entity
     that is not deleted and has both ends.
 
-    Runs after the batch's ``entities`` MERGE has committed (``_merge_entities_then_history``),
+    Runs after the batch's ``entities`` MERGE has committed (``_merge_entities_then_derived``),
     so a replayed old version cannot resurrect an edge deleted later: ``entities`` keeps the
     delete. A pure function of ``entities``: replaying it changes nothing, and a batch that
     failed after ``entities`` committed leaves edges that the next batch rewrites whole. Every

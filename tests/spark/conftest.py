@@ -61,6 +61,17 @@ def delete_topic(admin: AdminClient, name: str) -> None:
             f.result(timeout=30)
 
 
+def settings_under(root: Path, bootstrap: str, topic: str, **kw: Any) -> PipelineSettings:
+    """Pipeline settings with the warehouse and the checkpoint under ``root``."""
+    return PipelineSettings(
+        bootstrap=bootstrap,
+        topic=topic,
+        warehouse=str(root / "warehouse"),
+        checkpoint=str(root / "checkpoint"),
+        **kw,
+    )
+
+
 @pytest.fixture(scope="session")
 def catalog_topic(kafka_bootstrap: str, kafka_admin: AdminClient) -> Iterator[CatalogTopic]:
     """A topic holding a messy stream of snapshots and the malformed records."""
@@ -77,13 +88,8 @@ def landed(
 ) -> Landed:
     """The pipeline run once with available-now over ``catalog_topic``, in several batches."""
     root = tmp_path_factory.mktemp("landed")
-    settings = PipelineSettings(
-        bootstrap=kafka_bootstrap,
-        topic=catalog_topic.topic,
-        warehouse=str(root / "warehouse"),
-        checkpoint=str(root / "checkpoint"),
-        max_offsets_per_trigger=50,
-        compact_every=2,
+    settings = settings_under(
+        root, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=50, compact_every=2
     )
     registry = CollectorRegistry()
     result = run_pipeline(settings, spark, metrics=PipelineMetrics.create(registry))

@@ -26,6 +26,7 @@ from tests.spark.conftest import (
     history_keys,
     new_topic,
     read_table,
+    settings_under,
 )
 from tests.spark.entities import MALFORMED, catalog_stream, expected_lineage, produce
 
@@ -183,7 +184,7 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
 ) -> None:
     """A batch that fails after some of its tables committed, then a replay of the topic with a
     fresh checkpoint: ``entity_history`` still ends with every (entity_id, version) once.
-    ``entity_history`` relies on ``entities`` committing first (``_merge_entities_then_history``):
+    ``entity_history`` relies on ``entities`` committing first (``_merge_entities_then_derived``):
     with the entities MERGE failing, a history committed side by side would be ahead of
     ``entities`` and the replayed batch's rows appended again (the run's first batch checks
     every key: a replay from the failed run's own checkpoint would not show it)."""
@@ -199,13 +200,8 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
             raise RuntimeError(f"{failing} failed (injected)")
         real(*args, **kwargs)
 
-    settings = PipelineSettings(
-        bootstrap=kafka_bootstrap,
-        topic=catalog_topic.topic,
-        warehouse=str(tmp_path / "warehouse"),
-        checkpoint=str(tmp_path / "checkpoint"),
-        max_offsets_per_trigger=30,
-        compact_every=0,
+    settings = settings_under(
+        tmp_path, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=30, compact_every=0
     )
     monkeypatch.setattr(pipeline, failing, fail_on_the_second_batch)
     with pytest.raises(pipeline.PipelineError, match="injected"):
@@ -243,13 +239,8 @@ def test_lineage_edges_follow_the_entities_rows(
     topic = new_topic(kafka_admin, partitions=1)
     try:
         produce(kafka_bootstrap, topic, records)
-        settings = PipelineSettings(
-            bootstrap=kafka_bootstrap,
-            topic=topic,
-            warehouse=str(tmp_path / "warehouse"),
-            checkpoint=str(tmp_path / "checkpoint"),
-            max_offsets_per_trigger=1,
-            compact_every=0,
+        settings = settings_under(
+            tmp_path, kafka_bootstrap, topic, max_offsets_per_trigger=1, compact_every=0
         )
         result = run_pipeline(settings, spark)
         assert len(result.batches) == len(records)

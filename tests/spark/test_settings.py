@@ -25,6 +25,14 @@ def test_defaults_and_pickling() -> None:
     assert pickle.loads(pickle.dumps(session)) == session
 
 
+def test_kafka_source_waits_briefly_at_the_end_of_the_log_unless_told_otherwise() -> None:
+    # Kafka's 500 ms fetch wait stalls every batch that reads to the end of the log
+    # (SOURCE_DEFAULTS); the user's source_options still win, key by key
+    assert int(_settings().kafka_source_options()["kafka.fetch.max.wait.ms"]) <= 50
+    own = _settings(source_options={"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"})
+    assert own.kafka_source_options() == {"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"}
+
+
 @pytest.mark.parametrize(
     ("trigger", "ms"),
     [

@@ -372,12 +372,12 @@ def spark_section(results: dict[str, Any]) -> str:
     def rows_for(runs: list[Run], cols: list[str]) -> list[list[str]]:
         rows = []
         by = group(runs, lambda r: r["pipeline"])
-        base = by.get("append", [])
-        base_rate = med(r["rate"] for r in base) if base else 0.0
+        # against the append at Spark's Kafka source defaults, and with the pipeline's options
+        bases = [med(r["rate"] for r in by[a]) if by.get(a) else 0.0 for a in ("append", "append-tuned")]
         for name, rs in by.items():
             rate = med(r["rate"] for r in rs)
             row = [name, fmt(med(r["records"] for r in rs)), fmt(rate, 1)]
-            row.append(f"{rate / base_rate:.2f}" if base_rate else "-")
+            row += [f"{rate / b:.2f}" if b else "-" for b in bases]
             row += [fmt(med(r.get(c) or 0.0 for r in rs), 1) for c in cols]
             row += [fmt(med(r.get("cpu_s", 0) for r in rs), 0), fmt(med(r.get("wall_s", 0) for r in rs), 0)]
             row.append(verdict(rs))
@@ -391,6 +391,7 @@ def spark_section(results: dict[str, Any]) -> str:
             "records",
             "records/s",
             "÷ append",
+            "÷ append-tuned",
             "landing p50 s",
             "landing p99 s",
             "freshness p50 s",
@@ -408,6 +409,7 @@ def spark_section(results: dict[str, Any]) -> str:
                 "records",
                 "records/s landed",
                 "÷ append",
+                "÷ append-tuned",
                 "freshness p50 s",
                 "freshness p99 s",
                 "CPU s (JVM + Python)",

@@ -99,15 +99,23 @@ def _source_options(name: str) -> dict[str, str]:
 
 
 def produce_entities(
-    bootstrap: str, topic: str, n: int, entities: int, *, rate: float | None = None, seed: int = 5
+    bootstrap: str,
+    topic: str,
+    n: int,
+    entities: int,
+    *,
+    rate: float | None = None,
+    seed: int = 5,
+    versions: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """``n`` catalog.entities records over ``entities`` ids (at ``rate``/s if given, stamped with
-    their produce time as ``event_time_ms``); returns each id's last version."""
+    their produce time as ``event_time_ms``); returns each id's last version. ``versions``:
+    each id's last version so far (updated in place), to go on from an earlier call."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     rng = random.Random(seed)
-    versions: dict[str, int] = {}
+    versions = {} if versions is None else versions
     t0 = time.monotonic()
     for k in range(n):
         if rate is not None:

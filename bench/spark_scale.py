@@ -1,0 +1,152 @@
+"""Small live batches on a large catalog: the pipeline's batch time as ``entities`` grows.
+
+``python -m bench.spark_scale [--entities 1000000] [--batches 5] [--batch 3000]``
+(``LANEWAY_BOOTSTRAP`` or ``--bootstrap``):
+
+1. produces ``--entities`` records over as many entity ids (picked at random: ~63% distinct)
+   and lands them with the pipeline (available-now), once per variant, each into its own
+   warehouse;
+2. then ``--batches`` times: produces ``--batch`` more records over the same ids (newer
+   versions of random entities: a live stream's batch on a big catalog) and runs each
+   variant's pipeline over them from its checkpoint (one micro-batch), in alternating order,
+   timing each run and reading ``entities``' file count and its last MERGE's metrics.
+
+Variants: ``rewrite`` (the tables as the pipeline creates them: a MERGE rewrites every file
+holding a matched row) and ``dv`` (deletion vectors on ``entities``: a MERGE marks the old rows
+deleted and writes only the new ones). The benchmark's backlog (``bench.spark_bench``) updates
+~97% of a 30,000-row ``entities`` per batch; this is the other end: a few thousand of a
+million.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+VARIANTS = ("rewrite", "dv")
+
+
+def _run(session: Any, bootstrap: str, topic: str, base: Path, per_trigger: int) -> tuple[float, Any]:
+    from prometheus_client import CollectorRegistry
+
+    from laneway.spark import pipeline
+
+    t0 = time.monotonic()
+    res = pipeline.run_pipeline(
+        pipeline.PipelineSettings(
+            bootstrap=bootstrap,
+            warehouse=str(base / "warehouse"),
+            checkpoint=str(base / "checkpoint"),
+            topic=topic,
+            max_offsets_per_trigger=per_trigger,
+            compact_every=0,
+            master="local[2]",
+        ),
+        spark=session,
+        metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+    )
+    return time.monotonic() - t0, res
+
+
+def _entities_state(session: Any, base: Path) -> dict[str, Any]:
+    from delta.tables import DeltaTable
+
+    from laneway.spark import schema
+
+    table = DeltaTable.forPath(session, schema.table_path(base / "warehouse", schema.ENTITIES))
+    files = table.detail().select("numFiles").first()[0]
+    last = table.history(5).where("operation = 'MERGE'").orderBy("version", ascending=False).first()
+    metrics = dict(last["operationMetrics"]) if last is not None else {}
+    return {
+        "files": files,
+        "rows_updated": int(metrics.get("numTargetRowsUpdated", 0)),
+        "rows_copied": int(metrics.get("numTargetRowsCopied", 0)),
+        "files_added": int(metrics.get("numTargetFilesAdded", 0)),
+        "files_removed": int(metrics.get("numTargetFilesRemoved", 0)),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--entities", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=3_000)
+    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
+    args = parser.parse_args(argv)
+    if not args.bootstrap:
+        parser.error("--bootstrap or LANEWAY_BOOTSTRAP is required")
+
+    from bench.kafka_io import Kafka
+    from bench.spark_bench import produce_entities
+    from laneway.spark import pipeline, schema
+    from laneway.spark.session import SessionSettings, build_session
+
+    kafka = Kafka(args.bootstrap)
+    topic = kafka.topic("spark-scale", 8)
+    t0 = time.monotonic()
+    versions = produce_entities(args.bootstrap, topic, args.entities, args.entities)
+    print(
+        f"{args.entities:,} records over {len(versions):,} entities ({time.monotonic() - t0:.0f} s)",
+        flush=True,
+    )
+    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-scale"))
+    work = Path(tempfile.mkdtemp(prefix="laneway-bench-scale-"))
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    try:
+        for variant in VARIANTS:
+            base = work / variant
+            warehouse = str(base / "warehouse")
+            pipeline.ensure_tables(session, warehouse)
+            if variant == "dv":
+                path = schema.table_path(warehouse, schema.ENTITIES)
+                session.sql(
+                    f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+                )
+            took, res = _run(session, args.bootstrap, topic, base, 250_000)
+            state = _entities_state(session, base)
+            print(
+                f"{variant:<8} landed {res.records:,} records in {took:.1f} s ({len(res.batches)} batches); "
+                f"entities: {state['files']} files",
+                flush=True,
+            )
+        for k in range(args.batches):
+            produce_entities(
+                args.bootstrap, topic, args.batch, args.entities, seed=100 + k, versions=versions
+            )
+            for variant in VARIANTS if k % 2 == 0 else VARIANTS[::-1]:
+                took, res = _run(session, args.bootstrap, topic, work / variant, 250_000)
+                times[variant].append(took)
+                state = _entities_state(session, work / variant)
+                print(
+                    f"batch {k} {variant:<8} {res.records:,} records in {took:.2f} s; entities MERGE: "
+                    f"{state['rows_updated']:,} rows updated, {state['rows_copied']:,} copied, files "
+                    f"+{state['files_added']} -{state['files_removed']}, {state['files']} files",
+                    flush=True,
+                )
+        # both variants' final state must be the same
+        states = [
+            session.read.format("delta")
+            .load(schema.table_path(work / v / "warehouse", schema.ENTITIES))
+            .selectExpr("count(*) AS n", "sum(version) AS s")
+            .first()
+            for v in VARIANTS
+        ]
+        expected = (len(versions), sum(versions.values()))
+        for v, st in zip(VARIANTS, states, strict=True):
+            ok = (st["n"], st["s"]) == expected
+            median = statistics.median(times[v])
+            print(f"{v:<8} median {median:.2f} s per batch; entities {'ok' if ok else 'WRONG'}")
+    finally:
+        session.stop()
+        kafka.delete_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -11,9 +11,10 @@
    variant's pipeline over them from its checkpoint (one micro-batch), in alternating order,
    timing each run and reading ``entities``' file count and its last MERGE's metrics.
 
-Variants: ``rewrite`` (the tables as the pipeline creates them: a MERGE rewrites every file
-holding a matched row) and ``dv`` (deletion vectors on ``entities``: a MERGE marks the old rows
-deleted and writes only the new ones). The benchmark's backlog (``bench.spark_bench``) updates
+Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holding a matched
+row) and ``dv`` (``deletion_vectors=True``: a MERGE marks the old rows deleted and writes only
+the new ones). The landing runs go first, in a fresh JVM, one variant after the other: compare
+the batches, which alternate. The benchmark's backlog (``bench.spark_bench``) updates
 ~97% of a 30,000-row ``entities`` per batch; this is the other end: a few thousand of a
 million.
 """
@@ -32,7 +33,7 @@ from typing import Any
 VARIANTS = ("rewrite", "dv")
 
 
-def _run(session: Any, bootstrap: str, topic: str, base: Path, per_trigger: int) -> tuple[float, Any]:
+def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> tuple[float, Any]:
     from prometheus_client import CollectorRegistry
 
     from laneway.spark import pipeline
@@ -44,9 +45,10 @@ def _run(session: Any, bootstrap: str, topic: str, base: Path, per_trigger: int)
             warehouse=str(base / "warehouse"),
             checkpoint=str(base / "checkpoint"),
             topic=topic,
-            max_offsets_per_trigger=per_trigger,
+            max_offsets_per_trigger=250_000,
             compact_every=0,
             master="local[2]",
+            deletion_vectors=variant == "dv",
         ),
         spark=session,
         metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
@@ -84,7 +86,7 @@ def main(argv: list[str]) -> int:
 
     from bench.kafka_io import Kafka
     from bench.spark_bench import produce_entities
-    from laneway.spark import pipeline, schema
+    from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
 
     kafka = Kafka(args.bootstrap)
@@ -101,14 +103,7 @@ def main(argv: list[str]) -> int:
     try:
         for variant in VARIANTS:
             base = work / variant
-            warehouse = str(base / "warehouse")
-            pipeline.ensure_tables(session, warehouse)
-            if variant == "dv":
-                path = schema.table_path(warehouse, schema.ENTITIES)
-                session.sql(
-                    f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-                )
-            took, res = _run(session, args.bootstrap, topic, base, 250_000)
+            took, res = _run(session, args.bootstrap, topic, base, variant)
             state = _entities_state(session, base)
             print(
                 f"{variant:<8} landed {res.records:,} records in {took:.1f} s ({len(res.batches)} batches); "
@@ -120,7 +115,7 @@ def main(argv: list[str]) -> int:
                 args.bootstrap, topic, args.batch, args.entities, seed=100 + k, versions=versions
             )
             for variant in VARIANTS if k % 2 == 0 else VARIANTS[::-1]:
-                took, res = _run(session, args.bootstrap, topic, work / variant, 250_000)
+                took, res = _run(session, args.bootstrap, topic, work / variant, variant)
                 times[variant].append(took)
                 state = _entities_state(session, work / variant)
                 print(

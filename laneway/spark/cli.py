@@ -49,6 +49,13 @@ def run(
         str, typer.Option(help="earliest, latest or JSON; used by a new checkpoint only")
     ] = "earliest",
     compact_every: Annotated[int, typer.Option(help="OPTIMIZE the tables every N batches; 0: never")] = 50,
+    deletion_vectors: Annotated[
+        bool,
+        typer.Option(
+            help="entities MERGEs write Delta deletion vectors instead of rewriting the table's files "
+            "(large catalogs, small batches; upgrades the table's protocol)"
+        ),
+    ] = False,
     master: Master = "local[*]",
     conf: Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE; repeatable")] = None,
     log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
@@ -78,6 +85,7 @@ def run(
             starting_offsets=starting_offsets,
             master=master,
             compact_every=compact_every,
+            deletion_vectors=deletion_vectors,
             spark_conf=spark_conf,
         )
     except ValueError as exc:

@@ -249,3 +249,38 @@ def test_lineage_edges_follow_the_entities_rows(
         assert entity_state(spark, settings.warehouse) == expected_state(records)
     finally:
         delete_topic(kafka_admin, topic)
+
+
+def test_deletion_vectors_on_an_existing_entities_table(
+    spark: Any, kafka_bootstrap: str, catalog_topic: CatalogTopic, tmp_path: Path
+) -> None:
+    """``deletion_vectors=True`` upgrades an ``entities`` table created without them; its MERGEs
+    then write deletion vectors and land the same state, history once per (entity, version)."""
+    from delta.tables import DeltaTable
+
+    from laneway.spark import pipeline
+
+    settings = settings_under(
+        tmp_path,
+        kafka_bootstrap,
+        catalog_topic.topic,
+        max_offsets_per_trigger=30,
+        compact_every=0,
+        deletion_vectors=True,
+    )
+    pipeline.ensure_tables(spark, settings.warehouse)  # as an earlier run without them left it
+    table = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.ENTITIES))
+    assert pipeline.DELETION_VECTORS not in table.detail().first()["properties"]
+    result = run_pipeline(settings, spark)
+    assert len(result.batches) >= 3
+
+    assert table.detail().first()["properties"][pipeline.DELETION_VECTORS] == "true"
+    merges = [m["operationMetrics"] for m in table.history().where("operation = 'MERGE'").collect()]
+    # the updated rows marked deleted in place: no row copied from a file into a new one
+    assert sum(int(m["numTargetDeletionVectorsAdded"]) for m in merges) > 0
+    assert sum(int(m["numTargetRowsCopied"]) for m in merges) == 0
+    records = catalog_topic.records
+    keys = history_keys(spark, settings.warehouse)
+    assert len(keys) == len(set(keys)) and set(keys) == {(r["entity_id"], r["version"]) for r in records}
+    assert entity_state(spark, settings.warehouse) == expected_state(records)
+    assert _lineage(spark, settings.warehouse) == expected_lineage(records)

@@ -34,6 +34,7 @@ kind of thread: Spark tasks, the JIT compilers, garbage collection, the rest (dr
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import importlib.util
@@ -747,20 +748,29 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
     return out
 
 
-def _sweep_main(argv: list[str]) -> int:
-    import argparse
+def cli(prog: str, description: str) -> argparse.ArgumentParser:
+    """The argument parser of a Spark benchmark command, with ``--bootstrap`` (for ``parse``)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"), help="the Kafka broker")
+    return parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.spark_bench sweep",
-        description="The Spark backlog runs at several sizes, side by side in one session.",
-    )
-    parser.add_argument("sizes", nargs="+", help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
-    parser.add_argument("--json", type=Path, help="write every run's figures here")
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, or exit when neither ``--bootstrap`` nor ``LANEWAY_BOOTSTRAP`` names a broker."""
     args = parser.parse_args(argv)
     if not args.bootstrap:
         parser.error("--bootstrap or LANEWAY_BOOTSTRAP is required")
+    return args
+
+
+def _sweep_main(argv: list[str]) -> int:
+    parser = cli(
+        "bench.spark_bench sweep", "The Spark backlog runs at several sizes, side by side in one session."
+    )
+    parser.add_argument("sizes", nargs="+", help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parse(parser, argv)
     sizes = [tuple(int(x) for x in size.split("/")) for size in args.sizes]
     if any(len(size) != 3 for size in sizes):
         parser.error("each size is RECORDS/ENTITIES/PER_TRIGGER")

@@ -17,22 +17,19 @@ Why the pipeline sets a short ``kafka.fetch.max.wait.ms`` (``SOURCE_DEFAULTS``).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
 
+from bench.spark_bench import cli, parse
+
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark_log_end", description=__doc__.split("\n")[0])
+    parser = cli("bench.spark_log_end", __doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
-    args = parser.parse_args(argv)
-    if not args.bootstrap:
-        parser.error("--bootstrap or LANEWAY_BOOTSTRAP is required")
+    args = parse(parser, argv)
 
     from confluent_kafka import Consumer, TopicPartition
 

@@ -21,14 +21,14 @@ million.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.spark_bench import cli, parse
 
 VARIANTS = ("rewrite", "dv")
 
@@ -75,14 +75,11 @@ def _entities_state(session: Any, base: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark_scale", description=__doc__.split("\n")[0])
+    parser = cli("bench.spark_scale", __doc__.split("\n")[0])
     parser.add_argument("--entities", type=int, default=1_000_000)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--batch", type=int, default=3_000)
-    parser.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
-    args = parser.parse_args(argv)
-    if not args.bootstrap:
-        parser.error("--bootstrap or LANEWAY_BOOTSTRAP is required")
+    args = parse(parser, argv)
 
     from bench.kafka_io import Kafka
     from bench.spark_bench import produce_entities

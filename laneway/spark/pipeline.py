@@ -115,9 +115,6 @@ _INTERVAL = re.compile(
 )
 
 
-# On the local file system, Spark's default checkpoint file manager (Hadoop FileContext) forks
-# a shell process (readlink) twice per rename; the streaming checkpoint renames two files per
-# batch and Delta one checksum file per commit. FileSystem renames do not fork (module docstring).
 #: Spark's Kafka source options the pipeline sets unless ``source_options`` does.
 #: ``kafka.fetch.max.wait.ms``: an executor's Kafka consumer sends its next fetch before it
 #: returns the records it has; at the end of the log the broker holds that fetch for up to
@@ -129,6 +126,9 @@ _INTERVAL = re.compile(
 #: no fetches while the topic is idle.
 SOURCE_DEFAULTS: Mapping[str, str] = {"kafka.fetch.max.wait.ms": "10"}
 
+# On the local file system, Spark's default checkpoint file manager (Hadoop FileContext) forks
+# a shell process (readlink) twice per rename; the streaming checkpoint renames two files per
+# batch and Delta one checksum file per commit. FileSystem renames do not fork (module docstring).
 _CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 _LOCAL_CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
@@ -829,9 +829,9 @@ def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool
     each creation is a Delta commit, mostly driver time).
 
     ``deletion_vectors``: enable them on ``entities``, at creation or on the existing table.
-    A MERGE without them rewrites every file holding a row it updates: ``entities`` is
-    written in few files (one per 25,000 records of a batch, then compacted) and a batch's
-    entities are spread over all of them, so each batch copies the whole table. With them it
+    A MERGE without them rewrites every file holding a row it updates: ``entities`` is held
+    in a few files (each MERGE writes it out in at most one per 25,000 records of its batch)
+    and a batch's entities are spread over all of them, so each batch copies the whole table. With them it
     writes the batch's new rows and marks the old ones deleted. Measured with ``python -m
     bench.spark_scale`` (BENCHMARKS.md, "Spark: session 8"): batches of 3,000 records on 632,000
     entities took 4.3 s with them against 5.5 s without, the gap growing with the table; on

@@ -129,7 +129,9 @@ def sync_cmd(
     typer.echo(
         f"synced {st.snapshots} snapshots ({st.deletes} deletes) in {time.monotonic() - t0:.1f}s; "
         f"source calls {sync.source.calls}, transient failures {sync.source.failures}; "
-        f"freshness p50 {st.percentile(0.5)} ms, p99 {st.percentile(0.99)} ms"
+        f"freshness p50 {st.percentile(0.5)} ms, p99 {st.percentile(0.99)} ms; "
+        f"changes reached the topic p50 {st.arrival_percentile(0.5)} ms, "
+        f"p99 {st.arrival_percentile(0.99)} ms after their event time"
     )
 
 

@@ -87,7 +87,8 @@ class SyncSettings:
 @dataclass
 class SyncStats:
     """What the handler did. ``freshness_ms`` holds, per snapshot, synced_at minus the change's
-    record timestamp (the delay included)."""
+    record timestamp (the delay included); ``arrival_ms``, the record timestamp minus the
+    change's event time: how late changes reach the topic, before the sync sees them."""
 
     snapshots: int = 0
     deletes: int = 0
@@ -95,6 +96,7 @@ class SyncStats:
     first_ms: int | None = None
     last_ms: int | None = None
     freshness_ms: list[int] = field(default_factory=list)
+    arrival_ms: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, snapshot: dict[str, Any], record_ts_ms: int, attempt: int) -> None:
@@ -107,10 +109,19 @@ class SyncStats:
             self.last_ms = now
             if record_ts_ms > 0:
                 self.freshness_ms.append(now - record_ts_ms)
+                self.arrival_ms.append(record_ts_ms - snapshot["event_time_ms"])
 
     def percentile(self, q: float) -> int | None:
+        """A quantile of ``freshness_ms``; None before the first snapshot."""
+        return self._quantile(self.freshness_ms, q)
+
+    def arrival_percentile(self, q: float) -> int | None:
+        """A quantile of ``arrival_ms``; None before the first snapshot."""
+        return self._quantile(self.arrival_ms, q)
+
+    def _quantile(self, samples: list[int], q: float) -> int | None:
         with self._lock:
-            values = sorted(self.freshness_ms)
+            values = sorted(samples)
         if not values:
             return None
         return values[min(len(values) - 1, int(q * len(values)))]

@@ -50,9 +50,16 @@ def test_deletes_do_not_call_the_source_and_failures_propagate() -> None:
 def test_stats_and_settings() -> None:
     stats = SyncStats()
     for i in range(100):
-        stats.record({"synced_at_ms": 1000 + i, "op": "delete" if i % 10 == 0 else "update"}, 1000, 1 + i % 2)
+        snapshot = {
+            "synced_at_ms": 1000 + i,
+            "event_time_ms": 900 - i,
+            "op": "delete" if i % 10 == 0 else "update",
+        }
+        stats.record(snapshot, 1000, 1 + i % 2)
     assert (stats.snapshots, stats.deletes, stats.attempts) == (100, 10, 150)
     assert stats.percentile(0.5) == 50 and stats.percentile(0.99) == 99
-    assert SyncStats().percentile(0.5) is None
+    # on the topic 100-199 ms after the event: the record timestamp minus the event time
+    assert stats.arrival_percentile(0.5) == 150 and stats.arrival_percentile(0.99) == 199
+    assert SyncStats().percentile(0.5) is None and SyncStats().arrival_percentile(0.5) is None
     with pytest.raises(ValueError):
         SyncSettings(bootstrap_servers="x:1", delay_seconds=-1)

@@ -57,7 +57,7 @@ __all__ = ["run_spark"]
 #: append is higher there (0.45-0.50, against 0.34-0.42 at 150,000-300,000 records in
 #: 50,000-100,000-record batches, side by side in one session: ``python -m bench.spark_bench
 #: sweep``, BENCHMARKS.md), as the append's cost is nearly all per batch and the pipeline's
-#: is not; real backlogs are millions of records. Full mode's Spark part: ~9 min here.
+#: is not; real backlogs are millions of records. Full mode's Spark part: 6-9 min here (6 in session 8).
 SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (300_000, 30_000, 100_000, 3)}
 #: the live phase: records/s produced while each pipeline runs on a processing-time trigger, seconds
 LIVE = {"quick": (10.0, 40.0), "full": (20.0, 60.0)}

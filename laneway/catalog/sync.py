@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,19 +85,24 @@ class SyncSettings:
             raise ValueError("max_attempts and concurrency must be >= 1")
 
 
+#: the snapshots ``SyncStats`` keeps latencies of (the latest): a sync runs for days
+SAMPLES = 100_000
+
+
 @dataclass
 class SyncStats:
     """What the handler did. ``freshness_ms`` holds, per snapshot, synced_at minus the change's
     record timestamp (the delay included); ``arrival_ms``, the record timestamp minus the
-    change's event time: how late changes reach the topic, before the sync sees them."""
+    change's event time: how late changes reach the topic, before the sync sees them. Both
+    for the latest ``SAMPLES`` snapshots."""
 
     snapshots: int = 0
     deletes: int = 0
     attempts: int = 0
     first_ms: int | None = None
     last_ms: int | None = None
-    freshness_ms: list[int] = field(default_factory=list)
-    arrival_ms: list[int] = field(default_factory=list)
+    freshness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=SAMPLES))
+    arrival_ms: deque[int] = field(default_factory=lambda: deque(maxlen=SAMPLES))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, snapshot: dict[str, Any], record_ts_ms: int, attempt: int) -> None:
@@ -119,7 +125,7 @@ class SyncStats:
         """A quantile of ``arrival_ms``; None before the first snapshot."""
         return self._quantile(self.arrival_ms, q)
 
-    def _quantile(self, samples: list[int], q: float) -> int | None:
+    def _quantile(self, samples: deque[int], q: float) -> int | None:
         with self._lock:
             values = sorted(samples)
         if not values:

@@ -7,7 +7,7 @@ import pytest
 from laneway.catalog.generator import GeneratorConfig, expected_final_state, generate
 from laneway.catalog.models import ChangeEvent, InvalidChangeEvent
 from laneway.catalog.source import SimulatedSource, SourceUnavailable
-from laneway.catalog.sync import SyncSettings, SyncStats, build_snapshot, decode_change
+from laneway.catalog.sync import SAMPLES, SyncSettings, SyncStats, build_snapshot, decode_change
 
 
 class FailingSource(SimulatedSource):
@@ -63,3 +63,12 @@ def test_stats_and_settings() -> None:
     assert SyncStats().percentile(0.5) is None and SyncStats().arrival_percentile(0.5) is None
     with pytest.raises(ValueError):
         SyncSettings(bootstrap_servers="x:1", delay_seconds=-1)
+
+
+def test_stats_keep_the_latest_samples_only() -> None:
+    stats = SyncStats()
+    for i in range(SAMPLES + 10):
+        stats.record({"synced_at_ms": 2000 + i, "event_time_ms": 0, "op": "update"}, 2000, 1)
+    assert stats.snapshots == SAMPLES + 10
+    assert len(stats.freshness_ms) == len(stats.arrival_ms) == SAMPLES
+    assert min(stats.freshness_ms) == 10  # the first 10 went

@@ -335,6 +335,22 @@ def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float | N
     return ordered[-1][0]
 
 
+#: Spark settings of the query's own session (a clone: the caller's session keeps its own),
+#: set by each batch before its work:
+#:
+#: * the batch is persisted and its derived columns are deterministic: MERGE need not copy
+#:   its source again;
+#: * the persisted batch is read by a few jobs and dropped at the end of the batch: Spark's
+#:   in-memory columnar compression (dictionary and run-length encodings, chosen per column by
+#:   first gathering statistics of every value) cost 12% of a 300,000-record run's task CPU and
+#:   saved memory the batch holds for seconds (``MEMORY_AND_DISK``: a batch too big spills).
+#:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9").
+BATCH_CONF: Mapping[str, str] = {
+    "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+
+
 class _BatchWriter:
     """The ``foreachBatch`` function. Runs on the driver; Spark runs the DataFrame work."""
 
@@ -358,9 +374,8 @@ class _BatchWriter:
         if self.shuffle_partitions is None:
             self.shuffle_partitions = int(session.conf.get("spark.sql.shuffle.partitions") or "200")
             self.parallelism = _cores(session)
-        # the batch is persisted below and its derived columns are deterministic: MERGE need not
-        # copy its source again
-        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        for key, value in BATCH_CONF.items():
+            session.conf.set(key, value)
         if self.local:
             # Delta writes its checksum files through the streaming checkpoint's file manager
             session.conf.set(_CHECKPOINT_FILE_MANAGER, _LOCAL_CHECKPOINT_FILE_MANAGER)
@@ -606,6 +621,19 @@ def _history_suspects(
     return None if len(rows) > SUSPECTS_MAX else rows
 
 
+def _has_duplicate_keys(valid: DataFrame, keys: list[str]) -> bool:
+    """Whether two of the batch's records share ``keys`` (a record produced twice, a replay
+    overlapping the batch). Rare, and costly to rule out by deduplicating: ``dropDuplicates``
+    keeps a whole row per key, copying every column of every record into its aggregation
+    buffer, sorted (a map column rules out hashing); counting the keys hashes two columns. The
+    batch is partitioned by ``entity_id``, so neither shuffles. Alternated in one warmed
+    session, skipping the deduplication took 1.2-1.5 s of task CPU off a 300,000-record run.
+    """
+    from pyspark.sql import functions as F
+
+    return bool(valid.groupBy(*keys).count().where(F.col("count") > 1).limit(1).collect())
+
+
 def _merge_history(
     spark: SparkSession, path: str, valid: DataFrame, records: int, suspects: list[Any] | None
 ) -> None:
@@ -626,7 +654,7 @@ def _merge_history(
 
     keys = ["entity_id", "version"]
     # one row per (entity_id, version): duplicates carry the same version of the same entity
-    source = valid.dropDuplicates(keys)
+    source = valid.dropDuplicates(keys) if _has_duplicate_keys(valid, keys) else valid
     if suspects is not None and not suspects:
         source.write.format("delta").mode("append").save(path)
         return

@@ -284,3 +284,44 @@ def test_deletion_vectors_on_an_existing_entities_table(
     assert len(keys) == len(set(keys)) and set(keys) == {(r["entity_id"], r["version"]) for r in records}
     assert entity_state(spark, settings.warehouse) == expected_state(records)
     assert _lineage(spark, settings.warehouse) == expected_lineage(records)
+
+
+def test_a_record_twice_in_one_batch_lands_in_history_once(
+    spark: Any, kafka_bootstrap: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    """A batch deduplicates its (entity_id, version) keys only when two of its records share
+    one (``_has_duplicate_keys``); both kinds of batch land each version once."""
+    from laneway.spark import pipeline
+    from tests.spark.entities import _record
+
+    once = [_record("table:db.a", "table", v, "create" if v == 1 else "update") for v in (1, 2, 3)]
+    twice = [*once, once[1], _record("table:db.b", "table", 1, "create"), once[1]]
+    keys = ["entity_id", "version"]
+    rows = spark.createDataFrame(
+        [(r["entity_id"], r["version"]) for r in twice], "entity_id STRING, version BIGINT"
+    )
+    assert pipeline._has_duplicate_keys(rows.repartition(2, "entity_id"), keys)
+    assert not pipeline._has_duplicate_keys(rows.dropDuplicates(keys).repartition(2, "entity_id"), keys)
+
+    topic = new_topic(kafka_admin, partitions=1)
+    try:
+        produce(kafka_bootstrap, topic, [*once, *twice])  # one batch of all, another of the duplicates
+        settings = settings_under(
+            tmp_path, kafka_bootstrap, topic, max_offsets_per_trigger=len(once), compact_every=0
+        )
+        result = run_pipeline(settings, spark)
+        assert [b.records for b in result.batches] == [3, 3, 3]
+        keys_landed = history_keys(spark, settings.warehouse)
+        assert sorted(keys_landed) == sorted({(r["entity_id"], r["version"]) for r in twice})
+        assert entity_state(spark, settings.warehouse) == expected_state(twice)
+    finally:
+        delete_topic(kafka_admin, topic)
+
+
+def test_batch_settings_stay_on_the_query_session(spark: Any, landed: Landed) -> None:
+    """Each batch sets ``BATCH_CONF`` on the query's own session: the caller's keeps its own."""
+    from laneway.spark.pipeline import BATCH_CONF
+
+    assert landed.result.records  # the pipeline ran on this session
+    for key, value in BATCH_CONF.items():
+        assert spark.conf.get(key, None) != value, key

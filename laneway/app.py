@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -39,6 +39,15 @@ __all__ = ["App", "AppSettings"]
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=HandlerFn)
+
+
+#: librdkafka keys ``kafka_config`` may not set (``enable.auto.*`` may be given as false)
+RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
+    "enable.auto.commit": "an automatic commit would pass records still in process (the commit rule)",
+    "enable.auto.offset.store": "an automatic commit would pass records still in process (the commit rule)",
+    "group.id": "use group_id",
+    "transactional.id": "use transactional_id",
+}
 
 
 class AppSettings(BaseModel):
@@ -61,9 +70,19 @@ class AppSettings(BaseModel):
     stall_timeout: float = Field(default=60.0, gt=0)
     startup_timeout: float = Field(default=10.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: the address /metrics and /healthz listen on: "0.0.0.0" for a scraper on another host
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     exactly_once: bool = False
     transactional_id: str | None = Field(default=None, min_length=1)
     kafka_config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, why in RESERVED_KAFKA_KEYS.items():
+            if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
+                raise ValueError(f"{key!r} is Laneway's to set: {why}")
+        return v
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -116,6 +135,7 @@ class App:
         stall_timeout: float = 60.0,
         startup_timeout: float = 10.0,
         metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
         exactly_once: bool = False,
         transactional_id: str | None = None,
         kafka_config: dict[str, Any] | None = None,
@@ -135,6 +155,7 @@ class App:
                 stall_timeout=stall_timeout,
                 startup_timeout=startup_timeout,
                 metrics_port=metrics_port,
+                metrics_host=metrics_host,
                 exactly_once=exactly_once,
                 transactional_id=transactional_id,
                 kafka_config=kafka_config or {},
@@ -230,17 +251,32 @@ class App:
             ) from None
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
-                raise ConfigError("topic", f"topic {spec.topic!r} does not exist")
+                raise ConfigError(
+                    "topic",
+                    f"topic {spec.topic!r} does not exist (create it: laneway topics create {spec.topic})",
+                )
             if spec.on_failure == "dead_letter" and spec.dlq_topic not in md.topics:
                 raise ConfigError(
                     "dead_letter_topic",
-                    f"dead-letter topic {spec.dlq_topic!r} for {spec.topic!r} does not exist",
+                    f"dead-letter topic {spec.dlq_topic!r} for {spec.topic!r} does not exist "
+                    f"(create it: laneway topics create {spec.dlq_topic}; or set on_failure='halt')",
                 )
 
     def start(self) -> App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""
         self.check()
         s = self.settings
+        if s.metrics_port is not None:
+            # first: a port in use fails the start, naming the field, before anything runs
+            try:
+                server = HealthServer(self.metrics.registry, self.health, s.metrics_port, host=s.metrics_host)
+            except OSError as exc:
+                raise ConfigError(
+                    "metrics_port",
+                    f"cannot serve on {s.metrics_host}:{s.metrics_port}: {exc.strerror or exc}",
+                ) from None
+            self._server = server.start()
+            logger.info("metrics and health on http://%s:%d", s.metrics_host, server.port)
         if s.gc_tuning:
             tune_gc()
         self._dead_letters = KafkaDeadLetters(self._client_config())
@@ -271,9 +307,6 @@ class App:
             )
             self.sources.append(source)
             source.start()
-        if s.metrics_port is not None:
-            self._server = HealthServer(self.metrics.registry, self.health, s.metrics_port).start()
-            logger.info("metrics and health on http://127.0.0.1:%d", self._server.port)
         logger.info(
             "%s started: %d consumer(s), concurrency %d, topics %s",
             s.name,

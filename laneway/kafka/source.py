@@ -94,8 +94,6 @@ class KafkaSource:
         transactional_id: str | None = None,
     ) -> None:
         conf = {
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             # the client's prefetch is memory too: bound it by the backpressure byte cap (a
@@ -104,6 +102,9 @@ class KafkaSource:
             # with that bound, a full queue must not stall the fetcher for the 1 s default
             "fetch.queue.backoff.ms": 100,
             **config,
+            # the commit rule: only this consumer's own commits, of positions whose records are done
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
             "on_commit": self._on_commit,
         }
         self._recommit = False

@@ -173,7 +173,14 @@ class PrometheusMetrics(SourceMetrics):
 class HealthServer:
     """Serves ``/metrics`` (Prometheus text) and ``/healthz`` (200 ok / 503 with the reason)."""
 
-    def __init__(self, registry: CollectorRegistry, health: Callable[[], str | None], port: int = 0) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        health: Callable[[], str | None],
+        port: int = 0,
+        *,
+        host: str = "127.0.0.1",
+    ) -> None:
         registry_, health_ = registry, health
 
         class Handler(BaseHTTPRequestHandler):
@@ -195,7 +202,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="laneway-http", daemon=True)

@@ -39,6 +39,9 @@ def register(app: typer.Typer) -> None:
         metrics_port: Annotated[
             int | None, typer.Option(help="serve /metrics and /healthz on this port (0: any free one)")
         ] = None,
+        metrics_host: Annotated[
+            str | None, typer.Option(help="the address they listen on (default 127.0.0.1; 0.0.0.0: all)")
+        ] = None,
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     ) -> None:
         """Run a Laneway app until SIGINT/SIGTERM, then drain, commit and exit.
@@ -73,6 +76,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         if metrics_port is not None:
             obj.settings = obj.settings.model_copy(update={"metrics_port": metrics_port})
+        if metrics_host is not None:
+            obj.settings = obj.settings.model_copy(update={"metrics_host": metrics_host})
         try:
             obj.run()
         except LanewayError as exc:

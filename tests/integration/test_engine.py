@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 import urllib.request
@@ -229,6 +230,23 @@ def test_metrics_and_health_endpoint(kafka_bootstrap: str, make_topic: TopicFact
     assert f'laneway_records_processed_total{{topic="{topic}"}} 100.0' in text
     assert "laneway_processing_seconds_bucket" in text
     assert 'laneway_rebalances_total{kind="assign"} 1.0' in text
+
+
+def test_a_metrics_port_in_use_fails_the_start_before_any_consumer(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    topic = make_topic(partitions=1)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = App("busy-port", bootstrap_servers=kafka_bootstrap, group_id=group_id, metrics_port=port)
+        app.handler(topic, dead_letter_topic=dlq)(print)
+        with pytest.raises(ConfigError) as err:
+            app.start()
+    assert err.value.field == "metrics_port" and str(port) in str(err.value)
+    assert app.sources == [] and app.processor is None  # nothing was started
 
 
 def test_bad_configuration_fails_at_start_naming_the_field(

@@ -35,3 +35,33 @@ def test_gc_tuning_is_a_setting_on_by_default() -> None:
     with pytest.raises(ConfigError) as info:
         App("a", bootstrap_servers="127.0.0.1:9092", gc_tuning="sometimes")  # type: ignore[arg-type]
     assert info.value.field == "gc_tuning"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("enable.auto.commit", True),
+        ("enable.auto.commit", "true"),
+        ("enable.auto.offset.store", True),
+        ("group.id", "other"),
+        ("transactional.id", "t-1"),
+    ],
+)
+def test_kafka_config_may_not_take_the_keys_laneway_sets(key: str, value: object) -> None:
+    # an automatic commit would store positions past records still in process (the commit rule)
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", kafka_config={key: value})
+    assert info.value.field == "kafka_config"
+    assert key in str(info.value)
+
+
+def test_kafka_config_takes_other_keys_and_auto_commit_off() -> None:
+    config = {"session.timeout.ms": 6000, "enable.auto.commit": False, "enable.auto.offset.store": "false"}
+    app = App("a", bootstrap_servers="127.0.0.1:9092", kafka_config=config)
+    assert app.settings.kafka_config == config
+
+
+def test_metrics_host_defaults_to_loopback() -> None:
+    assert App("a", bootstrap_servers="127.0.0.1:9092").settings.metrics_host == "127.0.0.1"
+    app = App("a", bootstrap_servers="127.0.0.1:9092", metrics_port=9100, metrics_host="0.0.0.0")
+    assert app.settings.metrics_host == "0.0.0.0"

@@ -85,6 +85,17 @@ class OffsetTracker:
             return pending[0]
         return self.highest + 1 if self.highest >= 0 else None
 
+    def skip_to(self, offset: int) -> None:
+        """The client's position is ``offset``: an offset below it that was never added never will
+        be (a transaction's commit or abort marker, an aborted record under ``read_committed``: the
+        client skips them). With nothing in process the position moves to ``offset``, so a
+        partition whose last entries are markers is committed to its end (its lag reaches 0)."""
+        pending, done = self._pending, self._done
+        while pending and pending[0] in done:
+            done.discard(pending.popleft())
+        if not pending and offset > self.highest + 1:
+            self.highest = offset - 1
+
     def to_commit(self) -> int | None:
         """The position if it moved since the last call that returned one, else None."""
         pos = self.position()

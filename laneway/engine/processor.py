@@ -474,6 +474,15 @@ class Processor:
                     out[tp] = pos
         return out
 
+    def skip_unseen(self, positions: Mapping[TopicPartition, int]) -> None:
+        """The client's positions per partition: offsets below them that never came (transaction
+        markers, aborted records) are not waited for (:meth:`OffsetTracker.skip_to`)."""
+        with self._lock:
+            for tp, offset in positions.items():
+                state = self._states.get(tp)
+                if state is not None:
+                    state.tracker.skip_to(offset)
+
     def revoke(self, tps: Iterable[TopicPartition], timeout: float) -> dict[TopicPartition, int]:
         """Stop work on ``tps``: drop their queued events, wait up to ``timeout`` for the running
         ones, and return the positions that are safe to commit for them."""

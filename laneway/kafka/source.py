@@ -236,6 +236,7 @@ class KafkaSource:
                 if msgs:
                     self._handle_batch(msgs, max_accept=room)
             if now >= next_commit:
+                self._skip_unseen()
                 if self._recommit:  # an asynchronous commit failed: send every position again
                     self._recommit = False
                     self._commit(processor.final_positions(self._assigned), asynchronous=True)
@@ -367,6 +368,21 @@ class KafkaSource:
                 f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
             ) from exc
 
+    def _skip_unseen(self) -> None:
+        """Give the processor the client's positions: a partition whose last entries are
+        transaction markers is then committed past them (:meth:`Processor.skip_unseen`). Every
+        record the client returned was submitted (or the client was rewound to it) by now: this
+        runs on the consumer thread, between batches."""
+        if not self._assigned:
+            return
+        try:
+            parts = self._consumer.position([TopicPartition(t, p) for t, p in self._assigned])
+        except KafkaException:
+            return
+        self._processor.skip_unseen(
+            {(p.topic, p.partition): p.offset for p in parts if p.error is None and p.offset >= 0}
+        )
+
     def _report_lag(self) -> None:
         positions = self._processor.final_positions(self._assigned)
         for topic, partition in list(self._assigned):
@@ -430,6 +446,7 @@ class KafkaSource:
 
     def _close(self) -> None:
         try:
+            self._skip_unseen()
             self._commit(self._processor.final_positions(self._assigned), asynchronous=False)
         except Exception:
             logger.exception("final commit failed")

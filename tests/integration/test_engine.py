@@ -232,6 +232,42 @@ def test_metrics_and_health_endpoint(kafka_bootstrap: str, make_topic: TopicFact
     assert 'laneway_rebalances_total{kind="assign"} 1.0' in text
 
 
+def test_a_topic_written_in_transactions_is_committed_to_its_end(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """Transaction markers and aborted records take offsets that no consumer receives: the commit
+    must pass them once everything before is done, or the lag never reaches 0 (a reviewer saw
+    `laneway lag` stay at 1 per partition after a redrive, which writes in transactions)."""
+    topic = make_topic(partitions=2)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{group_id}"})
+    producer.init_transactions(30)
+    sent = 0
+    for txn in range(4):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"{txn}-{i}".encode(), partition=i % 2)
+        if txn == 2:
+            assert producer.flush(30) == 0  # in the log, then aborted: never delivered under read_committed
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            sent += 10
+    seen: list[bytes] = []
+    app = App("txn-topic", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.2)
+    app.handler(topic, dead_letter_topic=dlq)(lambda ev: seen.append(ev.value))
+    ends = end_offsets(kafka_bootstrap, topic, 2)
+    assert all(end == 4 * 5 + 4 for end in ends.values()), ends  # 20 records and 4 markers a partition
+    with app:
+        deadline = time.monotonic() + 30
+        while (len(seen) < sent or committed(kafka_bootstrap, group_id, topic, 2) != ends) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        assert sorted(seen) == sorted(f"{t}-{i}".encode() for t in (0, 1, 3) for i in range(10))
+    assert committed(kafka_bootstrap, group_id, topic, 2) == ends
+
+
 def test_a_metrics_port_in_use_fails_the_start_before_any_consumer(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:

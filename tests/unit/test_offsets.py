@@ -128,3 +128,29 @@ def test_a_run_must_start_above_the_highest_offset() -> None:
     tracker.extend([5, 6, 7])
     with pytest.raises(ValueError):
         tracker.extend([7, 8])
+
+
+def test_skip_to_passes_offsets_that_never_came_once_nothing_is_in_process() -> None:
+    tracker = OffsetTracker()
+    tracker.extend([10, 11, 12])  # 13 is a transaction's commit marker: never delivered
+    tracker.done(10)
+    tracker.skip_to(14)  # the client's position is past the marker
+    assert tracker.position() == 11  # 11 and 12 still in process: nothing skipped
+    tracker.done(12)
+    tracker.done(11)
+    assert tracker.position() == 13
+    tracker.skip_to(14)
+    assert tracker.position() == 14
+    tracker.skip_to(12)  # a position behind the tracker changes nothing
+    assert tracker.position() == 14
+    with pytest.raises(ValueError):
+        tracker.add(13)  # nothing below the skipped-to position can come any more
+    tracker.add(15)
+    assert tracker.position() == 15
+
+
+def test_skip_to_on_a_partition_with_nothing_delivered_yet() -> None:
+    tracker = OffsetTracker()
+    assert tracker.position() is None
+    tracker.skip_to(5)  # only markers after the committed offset
+    assert tracker.position() == 5

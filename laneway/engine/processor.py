@@ -863,7 +863,9 @@ class Processor:
         ev.first_failure = ev.first_failure or now
         ev.last_failure = now
         ev.error = err
-        self._metrics.failed_attempt(ev.topic, type(err).__name__)
+        # the deserializer's own error type (as in the dead letter's headers), not the wrapper's
+        failed = err.__cause__ if isinstance(err, _Undeserializable) and err.__cause__ else err
+        self._metrics.failed_attempt(ev.topic, type(failed).__name__)
         if isinstance(err, _Undeserializable):
             return "dead_letter"
         if spec.retry.should_retry(err, ev.attempt):

@@ -17,6 +17,7 @@ from laneway import ConfigError, Delay, HandlerFailed, Retry
 from laneway.engine import processor as processor_module
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
+from laneway.engine.metrics import NoopMetrics
 from laneway.engine.processor import Processor
 
 
@@ -203,6 +204,25 @@ def test_undeserializable_goes_straight_to_dead_letters(
     assert payloads == [{"v": 1}, 2]
     [(ev, err, reason, _)] = sink.sent
     assert ev.offset == 1 and reason == "deserialize" and isinstance(err, orjson.JSONDecodeError)
+
+
+def test_an_undeserializable_value_is_counted_under_the_deserializer_s_error_type() -> None:
+    failures: list[tuple[str, str]] = []
+
+    class Recording(NoopMetrics):
+        def failed_attempt(self, topic: str, error_type: str) -> None:
+            failures.append((topic, error_type))
+
+    spec = HandlerSpec(topic="t", fn=lambda ev: None, deserializer=orjson.loads)
+    proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters(), metrics=Recording())
+    try:
+        proc.assign([("t", 0)])
+        proc.submit([Event("t", 0, 0, b"a", b"{nope")])
+        assert proc.drain(10)
+    finally:
+        proc.close()
+    # the metric's label is the error the dead letter's headers name, not the engine's wrapper
+    assert failures == [("t", "JSONDecodeError")]
 
 
 def test_halt_stops_and_holds_the_commit(make: Callable[..., tuple[Processor, FakeDeadLetters]]) -> None:

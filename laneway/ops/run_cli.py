@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.engine.errors import LanewayError
+from laneway.engine.errors import ConfigError, LanewayError
 
 __all__ = ["load_app", "register"]
 
@@ -47,6 +47,10 @@ def register(app: typer.Typer) -> None:
         """Run a Laneway app until SIGINT/SIGTERM, then drain, commit and exit.
 
         Example: laneway run myproject.consumers:app --metrics-port 9100
+
+        Exit codes: 0 after a signal's drain; 2 for a bad setting, found while the module builds
+        its app or at start (a missing topic, no broker, a metrics port in use); 1 when the app
+        halted while running (on_failure="halt", a dead letter that could not be written).
         """
         from laneway.app import App
 
@@ -80,6 +84,9 @@ def register(app: typer.Typer) -> None:
             obj.settings = obj.settings.model_copy(update={"metrics_host": metrics_host})
         try:
             obj.run()
-        except LanewayError as exc:
+        except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+        except LanewayError as exc:  # the app halted while running
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(1) from None

@@ -37,6 +37,7 @@ CASES: dict[str, Callable[[], App]] = {
     "unknown_app_option": lambda: _app(concurency=4),
     "unknown_kafka_option": lambda: _app(kafka_config={"no.such.property": "1"}),
     "bad_kafka_value": lambda: _app(kafka_config={"session.timeout.ms": "soon"}),
+    "auto_commit_on": lambda: _app(kafka_config={"enable.auto.commit": True}),
 }
 
 app = CASES[os.environ["LW_CASE"]]() if "LW_CASE" in os.environ else None

@@ -1,5 +1,6 @@
 """Bad configuration: ``laneway run`` refuses to start, with one line on stderr naming the
-field and the reason, and a non-zero exit code."""
+field and the reason, and exit code 2 (a bad setting, whether found while the module builds its
+app or at start)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ FIELDS = {
     "unknown_app_option": "concurency",
     "unknown_kafka_option": "no.such.property",
     "bad_kafka_value": "session.timeout.ms",
+    "auto_commit_on": "enable.auto.commit",
 }
 
 
@@ -75,7 +77,7 @@ def test_bad_setting_refuses_to_start_with_one_line(
 ) -> None:
     code, stderr, took = runs[case]
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert code != 0, f"started anyway: {stderr[-500:]}"
+    assert code == 2, f"exit code {code}: {stderr[-500:]}"
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n" + "\n".join(lines[:15])
     line = lines[0]
     field = FIELDS[case]

@@ -8,7 +8,8 @@ topic ``<dlq-topic>.redrive-ledger`` keyed ``<dlq-topic>/<partition>/<offset>``,
 So either both the record and its ledger entry exist or neither does, and a later
 redrive skips what the ledger names: a redrive is never done twice by accident
 (``force=True`` overrides). Re-sent records keep their key, value and non-Laneway
-headers, lose the ``laneway.*`` error headers and carry ``laneway.redrive.id``.
+headers, lose the ``laneway.*`` error headers and carry ``laneway.redrive.id``; sent back
+to their original topic, they go to their original partition (see :func:`redrive`).
 
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
@@ -283,7 +284,7 @@ class Moved:
     dlq_partition: int
     dlq_offset: int
     target_topic: str
-    #: where the record landed (None in a dry run)
+    #: where the record landed; in a dry run the planned partition when known, else None
     target_partition: int | None = None
     target_offset: int | None = None
 
@@ -317,6 +318,18 @@ def _targets(admin: AdminClient, letters: Sequence[DeadLetter], to: str | None) 
     return out
 
 
+def _planned_partition(letter: DeadLetter, target: str, partitions: dict[str, int]) -> int | None:
+    """The original partition when ``letter`` goes back to its original topic and that topic
+    still has it; None (the key-based partitioner chooses) otherwise."""
+    if target != letter.original_topic:
+        return None
+    try:
+        partition = int(letter.info.get(h.ORIGINAL_PARTITION, ""))
+    except ValueError:
+        return None
+    return partition if 0 <= partition < partitions.get(target, 0) else None
+
+
 def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> None:
     name = ledger_topic(dlq_topic)
     replication = describe_topic(admin, dlq_topic).replication
@@ -347,7 +360,15 @@ def redrive(
     batch_size: int = 500,
     progress: Progress | None = None,
 ) -> RedriveReport:
-    """Send matching dead letters back to their original topic (or ``to``), recording each in the ledger."""
+    """Send matching dead letters back to their original topic (or ``to``), recording each in the ledger.
+
+    Partition: a record sent back to its original topic (no ``to``, or ``to`` naming that
+    topic) goes to its original partition, from its ``laneway.original.partition`` header,
+    so it stays ordered with the other records of its key whatever partitioner first placed
+    them. When the record goes to another topic, has no such header, or the topic no longer
+    has that partition, the producer's key-based partitioner (murmur2) chooses, as for any
+    new record. A dry run reports the planned partition when it is known (None otherwise).
+    """
     admin = connect(bootstrap)
     letters = read_dead_letters(bootstrap, dlq_topic, filters=filters)
     ledger = read_ledger(bootstrap, dlq_topic)
@@ -355,11 +376,14 @@ def redrive(
     chosen = [x for x in letters if force or x.ledger_key not in ledger]
     if limit is not None:
         chosen = chosen[:limit]
-    _targets(admin, chosen, to)
+    partitions = _targets(admin, chosen, to)
     redrive_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     if dry_run or not chosen:
-        planned = tuple(Moved(x.partition, x.offset, to or x.original_topic or "") for x in chosen)
-        return RedriveReport(redrive_id, dlq_topic, dry_run, planned, skipped)
+        planned = []
+        for x in chosen:
+            target = to or x.original_topic or ""
+            planned.append(Moved(x.partition, x.offset, target, _planned_partition(x, target, partitions)))
+        return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped)
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     producer = TransactionalProducer(
@@ -376,12 +400,14 @@ def redrive(
                 futures = []
                 for letter in batch:
                     kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
+                    target = to or letter.original_topic or ""
                     futures.append(
                         txn.send(
-                            to or letter.original_topic or "",
+                            target,
                             letter.value,
                             key=letter.key,
                             headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
+                            partition=_planned_partition(letter, target, partitions),
                         )
                     )
                 if producer.flush(60):

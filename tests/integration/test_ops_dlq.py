@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import confluent_kafka
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -14,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from laneway.engine.events import Event
 from laneway.kafka import headers as h
 from laneway.kafka.dlq import dead_letter_headers
+from laneway.kafka.partitioner import java_partition
 from laneway.kafka.producer import Producer
 from laneway.kafka.redrive import ledger_topic, read_ledger
 from tests.integration.test_ops_cli import invoke, one_line_error
@@ -22,14 +24,16 @@ from tests.integration.test_producer import read_records
 TopicFactory = Callable[..., str]
 
 
-def dead_letter(orders: str, offset: int, key: str, error: Exception) -> tuple[bytes, list[tuple[str, Any]]]:
+def dead_letter(
+    orders: str, offset: int, key: str, error: Exception, partition: int = 1
+) -> tuple[bytes, list[tuple[str, Any]]]:
     """A dead letter as the engine writes it (laneway.kafka.dlq.dead_letter_headers)."""
     try:
         raise error
     except Exception as raised:  # a real traceback
         event = Event(
             topic=orders,
-            partition=1,
+            partition=partition,
             offset=offset,
             key=key.encode(),
             value=orjson.dumps({"order": offset}),
@@ -127,6 +131,63 @@ def test_redrive_to_another_topic(
     assert [m.key() for m in read_records(kafka_bootstrap, elsewhere, 1, isolation="read_committed")] == [
         b"c2"
     ]
+
+
+def test_redrive_keeps_each_record_on_its_original_partition(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """Records placed by another partitioner (confluent-kafka's CRC32 default, or an explicit
+    partition) go back to their own partition, not to where murmur2 would put the key."""
+    orders, dlq = make_topic(partitions=6, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    plain = confluent_kafka.Producer({"bootstrap.servers": kafka_bootstrap})  # consistent_random
+    for key in ("k1", "k2", "k3", "k4"):
+        plain.produce(orders, b"first", key=key.encode())
+    plain.produce(orders, b"first", key=b"k5", partition=2)  # as a custom partitioner might
+    assert plain.flush(30) == 0
+    originals = read_records(kafka_bootstrap, orders, 5)
+    placed = {(m.key() or b"").decode(): m.partition() or 0 for m in originals}
+    assert len(placed) == 5 and placed["k5"] == 2
+    assert [k for k, p in placed.items() if p != java_partition(k.encode(), 6)]  # murmur2 would move them
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for m in originals:
+            key = (m.key() or b"").decode()
+            value, headers = dead_letter(orders, m.offset() or 0, key, ValueError(key), m.partition() or 0)
+            producer.send(dlq, value, key=key, headers=headers)
+    try:
+        plan = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--dry-run", "--json")
+        assert plan.exit_code == 0, plan.output
+        planned = orjson.loads(plan.stdout)["moved"]
+        assert [m["target_partition"] for m in planned] == [m.partition() for m in originals]
+        table = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--dry-run", "-f", "key=k5")
+        row = next(line for line in table.stdout.splitlines() if orders in line)
+        assert [cell.strip() for cell in row.split("│")[1:-1]] == [
+            f"0/{list(placed).index('k5')}",
+            orders,
+            "2",
+            "-",
+        ]
+
+        done = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--json")
+        assert done.exit_code == 0, done.output
+        report = orjson.loads(done.stdout)["moved"]
+        assert [m["target_partition"] for m in report] == [m.partition() for m in originals]
+        redriven = [
+            m
+            for m in read_records(kafka_bootstrap, orders, 10, isolation="read_committed")
+            if h.REDRIVE_ID in dict(m.headers() or [])
+        ]
+        assert sorted(((m.key() or b"").decode(), m.partition()) for m in redriven) == sorted(placed.items())
+
+        # another topic: the key-based partitioner (murmur2) chooses, as before
+        elsewhere = make_topic(partitions=6, prefix="retry")
+        moved = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--force", "--to", elsewhere, "--json")
+        assert [m["target_partition"] for m in orjson.loads(moved.stdout)["moved"]] == [
+            java_partition(m.key() or b"", 6) for m in originals
+        ]
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)
 
 
 def test_bad_redrives_change_nothing(

@@ -75,7 +75,10 @@ def broker_start(
 
 @broker_app.command("stop")
 def broker_stop() -> None:
-    """Stop the broker that `laneway broker start` started (and only that one)."""
+    """Stop the broker that `laneway broker start` started (and only that one).
+
+    Example: laneway broker stop
+    """
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
     if info is None or not broker_mod.stop_recorded(info):
@@ -88,8 +91,13 @@ def broker_stop() -> None:
 
 
 @broker_app.command("status")
-def broker_status(quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False) -> None:
-    """Print the running broker's bootstrap address; exit 1 when none runs."""
+def broker_status(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the bootstrap address")] = False,
+) -> None:
+    """Print the running broker's bootstrap address; exit 1 when none runs.
+
+    Example: export LANEWAY_BOOTSTRAP=$(laneway broker status --quiet)
+    """
     info = broker_mod.BrokerInfo.load(_state_file())
     if info is None or not info.alive() or not broker_mod.wait_for_metadata(info.bootstrap, 5.0):
         if not quiet:

@@ -43,7 +43,7 @@ Bootstrap = Annotated[
     typer.Option(
         "--bootstrap",
         "-b",
-        help="Kafka bootstrap [default: $LANEWAY_BOOTSTRAP, the `laneway broker` one, 127.0.0.1:9092]",
+        help="Kafka bootstrap (default: $LANEWAY_BOOTSTRAP, else `laneway broker`'s, else 127.0.0.1:9092)",
         show_default=False,
     ),
 ]

@@ -49,3 +49,10 @@ def test_start_failure_quotes_the_log(tmp_path: Path) -> None:
     assert "heap" in str(err.value).lower()
     assert broker.proc is None or broker.proc.poll() is not None
     assert os.path.isdir(tmp_path / "data")
+
+
+@pytest.mark.parametrize("command", ["start", "status", "stop"])
+def test_each_broker_command_has_help_with_an_example(command: str) -> None:
+    result = CliRunner().invoke(app, ["broker", command, "--help"])
+    assert result.exit_code == 0
+    assert "Example: " in result.stdout and "laneway broker" in result.stdout

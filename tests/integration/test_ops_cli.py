@@ -187,6 +187,8 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
     result = CliRunner().invoke(make_app(), [*command, "--help"])
     assert result.exit_code == 0
     assert "Example: laneway " + command[0] in result.stdout
+    # the default's rule is printed, not swallowed as markup (square brackets were)
+    assert "LANEWAY_BOOTSTRAP" in result.stdout
 
 
 def test_parsers() -> None:

@@ -1,6 +1,11 @@
 """``laneway catalog ...``: generate a metastore change stream, sync it, query the catalog.
 
 laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 --rate 2000
+
+``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.kafka_cli`):
+the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
+else 127.0.0.1:9092 (:func:`laneway.kafka.admin.resolve_bootstrap`). When no broker answers,
+a command prints one line and exits with code 2, as they do.
 """
 
 from __future__ import annotations
@@ -8,9 +13,13 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+
+from laneway.ops.kafka_cli import Bootstrap  # the operations commands' option: one rule
 
 __all__ = ["catalog_app", "register"]
 
@@ -20,14 +29,30 @@ catalog_app = typer.Typer(
     help="The data-catalog domain: metadata change events and the sync app.", no_args_is_help=True
 )
 
-Bootstrap = Annotated[
-    str, typer.Option(envvar="LANEWAY_BOOTSTRAP", help="Kafka bootstrap servers (env LANEWAY_BOOTSTRAP)")
-]
+
+@contextmanager
+def _kafka_errors() -> Iterator[None]:
+    """Turn the Kafka tools' errors (no broker answers, a topic cannot be created) into one line
+    on stderr and exit code 2, as the operations commands do."""
+    from laneway.kafka import admin as ka
+    from laneway.ops.cli import fail
+
+    ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
+    try:
+        yield
+    except ka.AdminError as exc:
+        raise fail(str(exc)) from exc
+
+
+def _resolve(bootstrap: str | None) -> str:
+    from laneway.kafka import admin as ka
+
+    return ka.resolve_bootstrap(bootstrap)
 
 
 @catalog_app.command("generate")
 def generate_cmd(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = None,
     topic: Annotated[str, typer.Option(help="topic to produce to; created when missing")] = "catalog.changes",
     entities: Annotated[int, typer.Option(min=5, help="number of catalog entities")] = 1_000,
     events: Annotated[int, typer.Option(min=5, help="number of records, invalid ones included")] = 10_000,
@@ -48,7 +73,10 @@ def generate_cmd(
     partitions: Annotated[int, typer.Option(min=1, help="partitions when the topic is created")] = 8,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
-    """Simulate a metastore's change stream and produce it, keyed by entity id, in per-key order."""
+    """Simulate a metastore's change stream and produce it, keyed by entity id, in per-key order.
+
+    Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
+    """
     from laneway.catalog.generator import GeneratorConfig, ensure_topics, generate, produce
 
     try:
@@ -63,9 +91,11 @@ def generate_cmd(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    address = _resolve(bootstrap)
+    with _kafka_errors():  # before generating: no broker, no waiting
+        ensure_topics(address, {topic: partitions})
     records = generate(config)
-    ensure_topics(bootstrap, {topic: partitions})
-    result = produce(records, bootstrap=bootstrap, topic=topic, rate=rate or None, progress=progress)
+    result = produce(records, bootstrap=address, topic=topic, rate=rate or None, progress=progress)
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
         f"entities to {topic} in {result.seconds:.1f}s ({result.rate:,.0f} rec/s)"
@@ -74,7 +104,7 @@ def generate_cmd(
 
 @catalog_app.command("sync")
 def sync_cmd(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = None,
     changes_topic: Annotated[str, typer.Option(help="topic of change events")] = "catalog.changes",
     entities_topic: Annotated[str, typer.Option(help="topic of entity snapshots")] = "catalog.entities",
     dead_letter_topic: Annotated[str, typer.Option(help="topic of invalid events")] = "catalog.changes.dlq",
@@ -96,14 +126,15 @@ def sync_cmd(
 ) -> None:
     """Sync catalog changes into normalized entity snapshots (a Laneway app).
 
-    Example: laneway catalog sync --bootstrap 127.0.0.1:9092 --delay 0 --until-caught-up
+    Example: laneway catalog sync -b 127.0.0.1:9092 --delay 0 --until-caught-up
     """
     from laneway.catalog.generator import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
 
+    address = _resolve(bootstrap)
     settings = SyncSettings(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=address,
         changes_topic=changes_topic,
         entities_topic=entities_topic,
         dead_letter_topic=dead_letter_topic,
@@ -112,7 +143,8 @@ def sync_cmd(
         concurrency=concurrency,
         metrics_port=metrics_port,
     )
-    ensure_topics(bootstrap, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})
+    with _kafka_errors():
+        ensure_topics(address, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})
     sync = CatalogSync(
         settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
     )

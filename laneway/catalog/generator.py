@@ -434,11 +434,22 @@ class ProduceResult:
 
 
 def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet (``{name: partitions}``); return those created."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    """Create the topics that do not exist yet (``{name: partitions}``); return those created.
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    Raises :class:`laneway.kafka.admin.AdminError` (a one-line message naming ``bootstrap``):
+    :class:`~laneway.kafka.admin.BrokerUnreachableError` within seconds when no broker answers,
+    as the operations commands do, or when a topic cannot be listed or created.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    from laneway.kafka import admin as ka
+
+    admin = ka.connect(bootstrap, timeout=min(timeout, 10.0))
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise ka.AdminError(f"listing the topics at {bootstrap} failed: {_kafka_text(exc)}") from exc
     missing = [
         NewTopic(t, num_partitions=p, replication_factor=1) for t, p in topics.items() if t not in existing
     ]
@@ -449,11 +460,20 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
         try:
             future.result(timeout=timeout)
             created.append(name)
-        except Exception as exc:  # a concurrent creator is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+        except KafkaException as exc:  # a concurrent creator is fine
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise ka.AdminError(f"creating topic {name!r} at {bootstrap} failed: {_kafka_text(exc)}") from exc
     logger.info("created topics %s", created)
     return created
+
+
+def _kafka_text(exc: Exception) -> str:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else exc
+    return err.str() if isinstance(err, KafkaError) else str(err)
 
 
 def produce(

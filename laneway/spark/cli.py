@@ -13,6 +13,8 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from laneway.ops.kafka_cli import Bootstrap
+
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
 pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
@@ -30,9 +32,7 @@ def _fail(message: str) -> typer.Exit:
 
 @pipeline_app.command("run")
 def run(
-    bootstrap: Annotated[
-        str, typer.Option(envvar="LANEWAY_BOOTSTRAP", help="Kafka bootstrap servers (env LANEWAY_BOOTSTRAP)")
-    ],
+    bootstrap: Bootstrap = None,
     warehouse: Warehouse = "warehouse",
     checkpoint: Annotated[
         str | None,
@@ -64,6 +64,7 @@ def run(
 
     Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
     """
+    from laneway.kafka.admin import resolve_bootstrap
     from laneway.spark.pipeline import PipelineError, PipelineSettings, run_pipeline
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -76,7 +77,7 @@ def run(
         spark_conf[key.strip()] = value
     try:
         settings = PipelineSettings(
-            bootstrap=bootstrap,
+            bootstrap=resolve_bootstrap(bootstrap),
             warehouse=warehouse,
             checkpoint=checkpoint or f"{warehouse.rstrip('/')}/_checkpoints/pipeline",
             topic=topic,
@@ -127,7 +128,10 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         master: Master = "local[*]",
         as_json: AsJson = False,
     ) -> None:
-        """Show one entity: its current state, children and versions."""
+        """Show one entity: its current state, children and versions.
+
+        Example: laneway catalog show table:sales.orders --warehouse /data/catalog --json
+        """
         from laneway.spark.queries import show_entity
 
         found = show_entity(_session(master), warehouse, entity)
@@ -157,7 +161,10 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         master: Master = "local[*]",
         as_json: AsJson = False,
     ) -> None:
-        """Search the catalog, best matches first."""
+        """Search the catalog, best matches first.
+
+        Example: laneway catalog search orders --type table --limit 5
+        """
         from laneway.spark.queries import search_entities
 
         found = search_entities(_session(master), warehouse, text, limit=limit, entity_type=entity_type)
@@ -178,7 +185,10 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         master: Master = "local[*]",
         as_json: AsJson = False,
     ) -> None:
-        """The tables upstream and downstream of TABLE."""
+        """The tables upstream and downstream of TABLE.
+
+        Example: laneway catalog lineage sales.orders --direction upstream --depth 3
+        """
         from laneway.spark.queries import Direction, lineage
 
         if direction not in ("upstream", "downstream", "both"):

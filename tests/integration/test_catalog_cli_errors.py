@@ -1,0 +1,158 @@
+"""`laneway catalog ...` and `laneway pipeline run` share the ops commands' --bootstrap rules
+(flag, else $LANEWAY_BOOTSTRAP, else the broker `laneway broker start` recorded), fail fast
+with one line when no broker answers, and show an example in --help."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from laneway.catalog import cli as catalog_cli
+from laneway.kafka import admin as ka
+from laneway.ops.broker import BrokerInfo, free_port
+from laneway.spark import cli as spark_cli
+from tests.conftest import TopicFactory
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    catalog_cli.register(app)
+    spark_cli.register(app)
+    return app
+
+
+def invoke(*args: str, columns: int = 80) -> Result:
+    return CliRunner().invoke(make_app(), list(args), env={"COLUMNS": str(columns)})
+
+
+def one_line_error(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def _local_broker(bootstrap: str) -> BrokerInfo | None:
+    """The record `laneway broker start` would have written for the local broker at ``bootstrap``."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = [a for a in (proc / "cmdline").read_bytes().decode(errors="replace").split("\0") if a]
+            if "kafka.Kafka" not in args:
+                continue
+            props = Path(args[-1])
+            if f"advertised.listeners=PLAINTEXT://{bootstrap}\n" in props.read_text():
+                return BrokerInfo(pid=int(proc.name), bootstrap=bootstrap, data_dir=str(props.parent))
+        except OSError:
+            continue
+    return None
+
+
+@pytest.fixture
+def recorded_broker(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No $LANEWAY_BOOTSTRAP; a LANEWAY_CACHE whose broker record names the test broker."""
+    info = _local_broker(kafka_bootstrap)
+    if info is None:
+        pytest.skip(f"{kafka_bootstrap} is not a local `kafka.Kafka` process this test can record")
+    monkeypatch.delenv("LANEWAY_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
+    info.save(tmp_path / "broker" / "state.json")
+    assert ka.resolve_bootstrap(None) == kafka_bootstrap
+    return kafka_bootstrap
+
+
+def test_generate_finds_the_recorded_broker(recorded_broker: str, make_topic: TopicFactory) -> None:
+    topic = make_topic(partitions=2, prefix="catalog-cli")
+    result = invoke(
+        "catalog", "generate", "--topic", topic, "--entities", "20", "--events", "100", "--no-progress"
+    )
+    assert result.exit_code == 0, result.output
+    assert f"produced 100 records (0 invalid) about 20 entities to {topic}" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["catalog", "generate", "--topic", "never-{u}", "--no-progress"],
+        ["catalog", "sync", "--changes-topic", "never-{u}", "--entities-topic", "never-e-{u}",
+         "--dead-letter-topic", "never-d-{u}", "--group-id", "never-{u}", "--until-caught-up"],
+    ],
+)  # fmt: skip
+def test_catalog_bootstrap_resolves_like_the_ops_commands(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LANEWAY_BOOTSTRAP", raising=False)  # so no broker is ever reached
+    monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
+    command = [c.format(u=uuid.uuid4().hex[:10]) for c in command]
+    address = f"127.0.0.1:{free_port()}"
+    seen: list[str | None] = []
+
+    def resolve(explicit: str | None) -> str:
+        seen.append(explicit)
+        return address
+
+    monkeypatch.setattr(ka, "resolve_bootstrap", resolve)
+    assert address in one_line_error(invoke(*command))
+    assert seen == [None]
+    seen.clear()
+    assert address in one_line_error(invoke(*command, "-b", "h:1"))  # -b, as the ops commands
+    assert seen == ["h:1"]
+
+
+def test_pipeline_run_finds_the_recorded_broker(
+    recorded_broker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from laneway.spark import pipeline
+
+    settings: list[pipeline.PipelineSettings] = []
+
+    def fake_run(s: pipeline.PipelineSettings) -> pipeline.PipelineResult:  # no Spark job
+        settings.append(s)
+        return pipeline.PipelineResult((), 0, 0, None, None)
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake_run)
+    result = invoke("pipeline", "run", "--warehouse", "/nonexistent/wh")
+    assert result.exit_code == 0, result.output
+    assert [s.bootstrap for s in settings] == [recorded_broker]
+    assert invoke("pipeline", "run", "-b", "h:1", "--warehouse", "/nonexistent/wh").exit_code == 0
+    assert settings[-1].bootstrap == "h:1"
+
+
+@pytest.mark.parametrize(
+    "command", [["catalog", "generate", "--no-progress"], ["catalog", "sync", "--until-caught-up"]]
+)
+def test_unreachable_broker_fails_fast_with_one_line(command: list[str]) -> None:
+    t0 = time.monotonic()
+    result = invoke(*command, "--bootstrap", "127.0.0.1:1")
+    assert time.monotonic() - t0 < 15
+    line = one_line_error(result)
+    assert "127.0.0.1:1" in line and "no Kafka broker answered" in line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["catalog", "generate"],
+        ["catalog", "sync"],
+        ["catalog", "show"],
+        ["catalog", "search"],
+        ["catalog", "lineage"],
+        ["pipeline", "run"],
+    ],
+)
+def test_every_command_has_help_with_an_example(command: list[str]) -> None:
+    result = invoke(*command, "--help", columns=200)  # rich cuts long words in narrow tables
+    assert result.exit_code == 0, result.output
+    assert "Example: laneway " + " ".join(command) in result.stdout
+    if command[1] in ("generate", "sync", "run"):  # the ops commands' option, its help text intact
+        assert re.search(r"--bootstrap\s+-b\s", result.stdout), result.stdout
+        text = " ".join(result.stdout.replace("│", " ").split())
+        assert "$LANEWAY_BOOTSTRAP" in text and "laneway broker" in text, text

@@ -402,7 +402,8 @@ def replay(
         console.print(_plan_table(plan, f"plan for {where}: {target.describe()}"))
         console.print("dry run: nothing changed")
         return
-    if not json:  # the "before" picture, then refuse or apply
+    ka.check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
+    if not json:
         _console().print(_plan_table(plan, f"before: {where}, to move {target.describe()}"))
     done = ka.apply_reset(admin, plan)
     now = ka.group_state(admin, plan.target_group).committed

@@ -70,6 +70,14 @@ def generate_cmd(
         float, typer.Option(min=0.0, help="records per second on average; 0 = as fast as possible")
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="random seed: the same seed gives the same stream")] = 0,
+    start_time_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--start-time-ms",
+            help="event time of the first change, epoch ms (default: now; fix it with --seed "
+            "for the same stream byte for byte)",
+        ),
+    ] = None,
     partitions: Annotated[int, typer.Option(min=1, help="partitions when the topic is created")] = 8,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -88,6 +96,9 @@ def generate_cmd(
             burst_share=burst_share,
             invalid_share=invalid_share,
             seed=seed,
+            # event times from now, as a metastore's would be: the sync's arrival and freshness
+            # figures (record timestamp and Delta commit against event time) then mean something
+            start_time_ms=start_time_ms if start_time_ms is not None else int(time.time() * 1000),
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

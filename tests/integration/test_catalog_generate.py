@@ -10,7 +10,7 @@ from confluent_kafka import Consumer
 from typer.testing import CliRunner
 
 from laneway.catalog import cli as catalog_cli
-from laneway.catalog.generator import GeneratorConfig, generate
+from laneway.catalog.generator import DEFAULT_START_TIME_MS, GeneratorConfig, generate
 from laneway.catalog.models import ChangeEvent, InvalidChangeEvent, parse_change
 from tests.conftest import TopicFactory
 
@@ -54,7 +54,7 @@ def test_generate_produces_every_record_in_per_key_order(
 ) -> None:
     topic = make_topic(partitions=4, prefix="catalog-changes")
     args = ["--entities", "100", "--events", "3000", "--hot-share", "0.2", "--invalid-share", "0.01",
-            "--seed", "3"]  # fmt: skip
+            "--seed", "3", "--start-time-ms", str(DEFAULT_START_TIME_MS)]  # fmt: skip
     result = CliRunner().invoke(
         _cli(),
         ["catalog", "generate", "--bootstrap", kafka_bootstrap, "--topic", topic, "--no-progress", *args],
@@ -82,6 +82,7 @@ def test_generate_with_a_rate_creates_the_topic(
     kafka_bootstrap: str, kafka_admin: object, group_id: str
 ) -> None:
     topic = f"catalog-changes-{group_id}"
+    started_ms = int(time.time() * 1000)
     result = CliRunner().invoke(
         _cli(),
         ["catalog", "generate", "--bootstrap", kafka_bootstrap, "--topic", topic, "--entities", "20",
@@ -89,7 +90,11 @@ def test_generate_with_a_rate_creates_the_topic(
     )  # fmt: skip
     try:
         assert result.exit_code == 0, result.output
-        assert len(read_all(kafka_bootstrap, topic, group_id, 300)) == 300
+        records = read_all(kafka_bootstrap, topic, group_id, 300)
+        assert len(records) == 300
+        # event times start now (a fixed 2026-01-01 made the sync's arrival read as months)
+        first = min(ev.event_time_ms for _, _, v in records if (ev := _event(v)) is not None)
+        assert abs(first - started_ms) < 60_000
     finally:
         from confluent_kafka.admin import AdminClient
 

@@ -218,8 +218,14 @@ def read_dead_letters(
     limit: int | None = None,
     progress: Progress | None = None,
 ) -> list[DeadLetter]:
-    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset."""
+    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset.
+
+    A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
+    :class:`InvalidInputError` naming it, rather than matching nothing without a word.
+    """
     out: list[DeadLetter] = []
+    unseen = {f.name for f in filters}
+    read = 0
     for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
         raw = tuple(_header(item) for item in (msg.headers() or ()))
         ts_type, ts = msg.timestamp()
@@ -233,10 +239,18 @@ def read_dead_letters(
             raw,
             h.decode(list(raw)),
         )
+        read += 1
+        if unseen:
+            unseen = {name for name in unseen if letter.field(name) is None}
         if all(f.matches(letter) for f in filters):
             out.append(letter)
             if limit is not None and len(out) >= limit:
                 break
+    if read and unseen:
+        raise InvalidInputError(
+            f"no record of {topic} has the field {', '.join(sorted(unseen))}: filter on key, partition, "
+            f"offset or a header, such as error.type, reason or original.topic (laneway dlq show {topic})"
+        )
     return sorted(out, key=lambda x: (x.partition, x.offset))
 
 

@@ -84,6 +84,12 @@ def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics:
     tb = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", "1", "--traceback")
     assert "1 dead letter(s)" in tb.stdout and "raise error" in tb.stdout and "bad amount" in tb.stdout
 
+    # a field no record has is a typo, not "0 matches"
+    typo = invoke(kafka_bootstrap, "dlq", "show", dlq, "-f", "eror.type=KeyError")
+    assert "eror.type" in one_line_error(typo)
+    none = invoke(kafka_bootstrap, "dlq", "show", dlq, "-f", "error.type=NoSuchError", "--json")
+    assert none.exit_code == 0 and orjson.loads(none.stdout) == []  # a field they have: no match is fine
+
 
 def test_redrive_moves_once_and_records_it(kafka_bootstrap: str, topics: tuple[str, str]) -> None:
     orders, dlq = topics

@@ -91,6 +91,13 @@ def run(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from exc
+    from laneway.kafka import admin as ka
+
+    ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
+    try:
+        ka.connect(settings.bootstrap)  # no broker: one line now, not after Spark's start-up
+    except ka.AdminError as exc:
+        raise _fail(str(exc)) from exc
     try:
         result = run_pipeline(settings)
     except KeyboardInterrupt:

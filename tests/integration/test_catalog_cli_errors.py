@@ -122,14 +122,28 @@ def test_pipeline_run_finds_the_recorded_broker(
     result = invoke("pipeline", "run", "--warehouse", "/nonexistent/wh")
     assert result.exit_code == 0, result.output
     assert [s.bootstrap for s in settings] == [recorded_broker]
+    monkeypatch.setattr(ka, "connect", lambda address, **kw: None)  # h:1 does not answer: skip the check
     assert invoke("pipeline", "run", "-b", "h:1", "--warehouse", "/nonexistent/wh").exit_code == 0
     assert settings[-1].bootstrap == "h:1"
 
 
 @pytest.mark.parametrize(
-    "command", [["catalog", "generate", "--no-progress"], ["catalog", "sync", "--until-caught-up"]]
+    "command",
+    [
+        ["catalog", "generate", "--no-progress"],
+        ["catalog", "sync", "--until-caught-up"],
+        ["pipeline", "run", "--warehouse", "/nonexistent/wh"],
+    ],
 )
-def test_unreachable_broker_fails_fast_with_one_line(command: list[str]) -> None:
+def test_unreachable_broker_fails_fast_with_one_line(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from laneway.spark import pipeline
+
+    def no_spark(settings: object) -> None:
+        raise AssertionError("the pipeline started with no broker to read from")
+
+    monkeypatch.setattr(pipeline, "run_pipeline", no_spark)
     t0 = time.monotonic()
     result = invoke(*command, "--bootstrap", "127.0.0.1:1")
     assert time.monotonic() - t0 < 15

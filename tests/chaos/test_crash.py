@@ -30,6 +30,8 @@ from tests.chaos.support import (
 KILLS = int(pick(2, 20))
 MAX_EVENTS = 500
 PARTITIONS = 6
+CONCURRENCY = 16
+SLEEP_MS = 20
 
 
 def test_kill9_at_random_points_loses_nothing(
@@ -54,8 +56,9 @@ def test_kill9_at_random_points_loses_nothing(
             group_id,
             out,
             tmp_path / "workers.log",
-            sleep_ms=20,
+            sleep_ms=SLEEP_MS,
             max_events=MAX_EVENTS,
+            concurrency=CONCURRENCY,
         )
         procs.append(w)
         return w
@@ -96,5 +99,10 @@ def test_kill9_at_random_points_loses_nothing(
     assert tally.produced == sum(ends.values())
     # every duplicate is a record a killed run finished past its last commit, and nothing else
     assert tally.duplicates == sum(finished_uncommitted)
-    # what a kill can cost is bounded by what was in flight: the in-memory cap plus one commit interval
-    assert max(finished_uncommitted) <= 2 * MAX_EVENTS
+    # What a kill can cost is bounded: the records in memory, plus what finished above a partition's
+    # commit position while its oldest unfinished record waited (behind its key's lane, then for the
+    # next 0.2 s commit). At 16 handler calls of 20 ms at once, at most 800 records finish a second;
+    # allow one second of them. (It was 2 x the cap, 1,000: on a quiet machine the code before and
+    # after the commit rule's change for transaction markers both exceeded it, 1,018 and 1,057 with
+    # seed 26485, each with no loss and every duplicate accounted for.)
+    assert max(finished_uncommitted) <= MAX_EVENTS + CONCURRENCY * 1000 // SLEEP_MS

@@ -60,8 +60,8 @@ class SourceMetrics:
     def commit(self, ok: bool) -> None:
         pass
 
-    def paused(self, partitions: int) -> None:
-        pass
+    def paused(self, consumer: str, partitions: int) -> None:
+        """``consumer`` (a thread name) has ``partitions`` paused now."""
 
     def lag(self, topic: str, partition: int, lag: int) -> None:
         pass
@@ -290,7 +290,7 @@ class KafkaSource:
         if parts:
             self._consumer.pause(parts)
         self._paused = True
-        self._metrics.paused(len(parts))
+        self._metrics.paused(self._thread.name, len(parts))
         logger.debug(
             "paused %d partition(s): %d events in memory", len(parts), self._processor.events_in_memory
         )
@@ -300,7 +300,7 @@ class KafkaSource:
         if parts:
             self._consumer.resume(parts)
         self._paused = False
-        self._metrics.paused(0)
+        self._metrics.paused(self._thread.name, 0)
 
     # ------------------------------------------------------------------ commits and lag
 
@@ -323,20 +323,22 @@ class KafkaSource:
             asynchronous = False  # the flush already waited; keep the order produce -> commit simple
         try:
             if asynchronous:
+                # counted when the broker answers (_on_commit: the client calls it for these only)
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             else:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
-            self._metrics.commit(True)
+                self._metrics.commit(True)
         except KafkaException as exc:
             self._metrics.commit(False)
             logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Result of a commit (served by poll). A failed one is retried on the next tick."""
+        """Result of an asynchronous commit (served by poll; the client does not call it for
+        synchronous ones). A failed one is retried on the next tick."""
         failed = err is not None or any(p.error is not None for p in partitions)
+        self._metrics.commit(not failed)
         if failed:
             self._recommit = True
-            self._metrics.commit(False)
             logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
 
     def _produce_all(self, outputs: list[Output]) -> None:
@@ -436,6 +438,8 @@ class KafkaSource:
         self._processor.revoke(tps, 0.0)  # not ours any more: drop, do not commit
         self._processor.discard_outputs(tps)
         self._assigned.difference_update(tps)
+        for t, p in tps:
+            self._metrics.forget_partition(t, p)
         self.lost_group = True
         self._metrics.rebalance("lost", len(parts))
         logger.warning(

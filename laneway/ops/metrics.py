@@ -14,12 +14,15 @@ dead_letters_total{topic,reason}    counter    records sent to the dead-letter t
 stuck_handlers_total{topic}         counter    attempts that ran past the handler timeout
 events_in_memory                    gauge      queued + delayed + retrying + running events
 bytes_in_memory                     gauge      their key and value bytes
-lanes                               gauge      lanes holding work
+lanes                               gauge      key and partition lanes holding work
+                                               (``unordered`` events have none)
 parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
-consumer_lag{topic,partition}       gauge      end offset minus the safe commit position
+consumer_lag{topic,partition}       gauge      end offset minus the safe commit position, every
+                                               5 s, per assigned partition
 rebalances_total{kind}              counter    assign / revoke / lost callbacks
-commits_total{result}               counter    offset commits, ok or failed
-paused_partitions                   gauge      partitions paused by backpressure
+commits_total{result}               counter    offset commits the broker acknowledged (ok) or
+                                               rejected (failed)
+paused_partitions                   gauge      partitions paused by backpressure, all consumers
 ==================================  =========  ==========================================
 """
 
@@ -122,6 +125,8 @@ class PrometheusMetrics(SourceMetrics):
         self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
         self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
         self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
+        self._paused_by: dict[str, int] = {}
+        self._paused_lock = threading.Lock()
 
     # engine hooks
     def processed(self, topic: str, seconds: list[float]) -> None:
@@ -156,8 +161,10 @@ class PrometheusMetrics(SourceMetrics):
     def commit(self, ok: bool) -> None:
         self.commits.labels("ok" if ok else "failed").inc()
 
-    def paused(self, partitions: int) -> None:
-        self.paused_partitions.set(partitions)
+    def paused(self, consumer: str, partitions: int) -> None:
+        with self._paused_lock:  # the gauge is the sum over the app's consumers
+            self._paused_by[consumer] = partitions
+            self.paused_partitions.set(sum(self._paused_by.values()))
 
     def lag(self, topic: str, partition: int, lag: int) -> None:
         self.consumer_lag.labels(topic, str(partition)).set(lag)

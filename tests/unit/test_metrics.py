@@ -50,3 +50,34 @@ def test_processing_time_runs_land_in_their_buckets_from_every_thread() -> None:
     assert s["laneway_processing_seconds_bucket{le=0.025,topic=u}"] == 1
     assert s["laneway_processing_seconds_bucket{le=0.01,topic=u}"] == 0
     assert b"laneway_processing_seconds_bucket" in generate_latest(metrics.registry)
+
+
+def test_paused_partitions_add_up_over_the_app_s_consumers() -> None:
+    metrics = PrometheusMetrics()
+    metrics.paused("laneway-consumer-0", 4)
+    metrics.paused("laneway-consumer-1", 3)
+    assert _samples(metrics)["laneway_paused_partitions{}"] == 7  # each consumer overwrote it before
+    metrics.paused("laneway-consumer-0", 0)
+    assert _samples(metrics)["laneway_paused_partitions{}"] == 3
+
+
+def test_an_asynchronous_commit_is_counted_once_when_the_broker_answers() -> None:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from laneway.engine.policies import Backpressure
+    from laneway.kafka.source import KafkaSource
+
+    metrics = PrometheusMetrics()
+    source = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"},  # never started: no connection
+        ["t"],
+        processor=None,  # type: ignore[arg-type]
+        backpressure=Backpressure(),
+        metrics=metrics,
+    )
+    source._on_commit(None, [TopicPartition("t", 0, 5)])
+    source._on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT), [TopicPartition("t", 0, 6)])
+    samples = _samples(metrics)
+    # counted by the callback alone: a failed one was counted "ok" when sent, then "failed" too
+    assert samples["laneway_commits_total{result=ok}"] == 1
+    assert samples["laneway_commits_total{result=failed}"] == 1

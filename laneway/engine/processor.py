@@ -1079,7 +1079,7 @@ class Processor:
                     break
                 # let the loop take in what the source submitted before this lane's next turn;
                 # a chunk during which another worker started one has let the loop run already
-                # (an I/O handler, at each await): a turn of the loop per event costs it ~10%
+                # (an I/O handler, at each await): a turn of the loop per event cost it ~8% (BENCHMARKS.md)
                 if self._aturns == turn:
                     await asyncio.sleep(0)
                 if not aready.empty():

@@ -1,8 +1,8 @@
 """The Spark pipeline: ``catalog.entities`` on Kafka into Delta tables, with Structured Streaming.
 
 Spark's own Kafka source reads the topic; ``foreachBatch`` applies each micro-batch with
-idempotent Delta MERGEs, so a batch replayed after a crash, a duplicate record, or a
-replay of the whole topic changes nothing:
+idempotent Delta writes (MERGEs, a checked append, a rewrite), so a batch replayed after a
+crash, a duplicate record, or a replay of the whole topic changes nothing:
 
 1. parse each value against the record contract (``laneway.spark.schema``); a record that
    fails to parse or lacks a required field goes to ``quarantine`` (keyed by topic,
@@ -16,7 +16,10 @@ replay of the whole topic changes nothing:
    before the batch: a replay, a duplicate, an out-of-order version) can be there already:
    ``entities`` (one row per entity) is read for those before the MERGE, and
    ``entity_history`` (every version, growing with every batch) only when there are any,
-   for their keys; the rest is a plain append. The pipeline is the table's only writer;
+   for their keys; the rest is a plain append. Two exceptions look every key of the batch up
+   in ``entity_history``: a run's first batch (the one a crash may have cut short; it does not
+   read ``entities`` for suspects) and a batch with more than ``SUSPECTS_MAX`` suspects. The
+   pipeline is the table's only writer;
 4. ``lineage_edges``: after the ``entities`` MERGE has committed, rewritten whole from it (the
    lineage entities that are not deleted and have both ends), side by side with step 3;
 5. every ``compact_every`` batches, ``OPTIMIZE`` (bin-packing small files) each table.
@@ -32,16 +35,17 @@ spends much of its time on the driver (log listing, planning, commit), and side 
 waits overlap.
 
 Most of a batch's cost is fixed: Spark jobs, stages and tasks, whatever the batch size.
-So the batch is hash-partitioned by ``entity_id`` into as many partitions as the cluster has
-cores (``local[N]``: N) when it is read and persisted, with the record's fields as columns of
+So the batch is hash-partitioned by ``entity_id`` into as many partitions as there are cores
+(N for ``local[N]``, the CPU count for ``local[*]``, else ``spark.default.parallelism``) when
+it is read and persisted, with the record's fields as columns of
 their own: the per-entity aggregates (newest version, one row per version) then need no
 further shuffle, and a reader decodes only the columns it uses. The MERGEs shuffle into one
 partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records (at most
 ``spark.sql.shuffle.partitions``), set on the query's own session.
 
-On the local file system (a warehouse and checkpoint path without a scheme, or ``file:``),
-the streaming checkpoint and Delta's checksum files are written with Spark's
-``FileSystemBasedCheckpointFileManager``: the default one renames through Hadoop's
+On the local file system (a path without a scheme, or ``file:``), the streaming checkpoint
+(a local checkpoint path) and Delta's checksum files (local warehouse and checkpoint paths)
+are written with Spark's ``FileSystemBasedCheckpointFileManager``: the default one renames through Hadoop's
 FileContext, whose local implementation forks a ``readlink`` process per file checked, twice
 per rename, each fork costing milliseconds of a large JVM (about 400 forks per 300,000-record
 run of four batches). Set on the query's own session; the caller's is left as it was.
@@ -67,7 +71,8 @@ Prometheus metrics (``PipelineMetrics``; by default in ``prometheus_client.REGIS
 * ``laneway_pipeline_freshness_seconds{quantile="0.5"|"0.99"}`` (gauge): the last batch's
   event-time-to-commit freshness.
 * ``laneway_pipeline_batch_freshness_p99_seconds`` (histogram): each batch's p99 freshness.
-* ``laneway_pipeline_batch_duration_seconds`` (histogram): wall time of a batch's writes.
+* ``laneway_pipeline_batch_duration_seconds`` (histogram): wall time of a batch, from its start
+  (parse, persist, the stats read) to its last commit; periodic ``OPTIMIZE`` not included.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ a command prints one line and exits with code 2, as they do.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import time
@@ -74,8 +75,8 @@ def generate_cmd(
         int | None,
         typer.Option(
             "--start-time-ms",
-            help="event time of the first change, epoch ms (default: now; fix it with --seed "
-            "for the same stream byte for byte)",
+            help="event time of the first change, epoch ms (default: the stream's changes end "
+            "now; give it with --seed for the same stream byte for byte)",
         ),
     ] = None,
     partitions: Annotated[int, typer.Option(min=1, help="partitions when the topic is created")] = 8,
@@ -96,9 +97,7 @@ def generate_cmd(
             burst_share=burst_share,
             invalid_share=invalid_share,
             seed=seed,
-            # event times from now, as a metastore's would be: the sync's arrival and freshness
-            # figures (record timestamp and Delta commit against event time) then mean something
-            start_time_ms=start_time_ms if start_time_ms is not None else int(time.time() * 1000),
+            start_time_ms=start_time_ms if start_time_ms is not None else 0,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -106,6 +105,13 @@ def generate_cmd(
     with _kafka_errors():  # before generating: no broker, no waiting
         ensure_topics(address, {topic: partitions})
     records = generate(config)
+    if start_time_ms is None:
+        # the stream replays a metastore's changes up to now: its event times end as producing
+        # starts, so the sync's arrival and freshness figures (record timestamp and Delta commit
+        # against event time) are never negative (from now on, at --rate 0, they were)
+        span = max((r.arrival_ms for r in records), default=0)
+        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
+        records = generate(config)
     result = produce(records, bootstrap=address, topic=topic, rate=rate or None, progress=progress)
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
@@ -162,6 +168,12 @@ def sync_cmd(
     t0 = time.monotonic()
     if until_caught_up:
         if not sync.run_until_caught_up(timeout):
+            typer.secho(
+                f"error: not caught up within --timeout {timeout:g} s "
+                f"({sync.stats.snapshots} snapshots so far; `laneway lag {group_id}` shows what is left)",
+                err=True,
+                fg=typer.colors.RED,
+            )
             raise typer.Exit(1)
     else:
         try:
@@ -172,10 +184,14 @@ def sync_cmd(
     typer.echo(
         f"synced {st.snapshots} snapshots ({st.deletes} deletes) in {time.monotonic() - t0:.1f}s; "
         f"source calls {sync.source.calls}, transient failures {sync.source.failures}; "
-        f"freshness p50 {st.percentile(0.5)} ms, p99 {st.percentile(0.99)} ms; "
-        f"changes reached the topic p50 {st.arrival_percentile(0.5)} ms, "
-        f"p99 {st.arrival_percentile(0.99)} ms after their event time"
+        f"freshness (record timestamp to snapshot acked) p50 {_ms(st.percentile(0.5))}, "
+        f"p99 {_ms(st.percentile(0.99))}; changes reached the topic p50 {_ms(st.arrival_percentile(0.5))}, "
+        f"p99 {_ms(st.arrival_percentile(0.99))} after their event time"
     )
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value} ms"
 
 
 def register(app: typer.Typer) -> None:

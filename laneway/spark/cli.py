@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
@@ -95,7 +96,12 @@ def run(
 
     ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
     try:
-        ka.connect(settings.bootstrap)  # no broker: one line now, not after Spark's start-up
+        admin = ka.connect(settings.bootstrap)  # no broker: one line now, not after Spark's start-up
+        if settings.topic not in admin.list_topics(timeout=10).topics:
+            raise _fail(
+                f"topic {settings.topic!r} does not exist at {settings.bootstrap} "
+                "(laneway catalog sync produces the entity snapshots to it)"
+            )
     except ka.AdminError as exc:
         raise _fail(str(exc)) from exc
     try:
@@ -115,9 +121,22 @@ def run(
     )
 
 
-def _session(master: str) -> Any:
+def _session(master: str, warehouse: str) -> Any:
+    """The query commands' session, once the warehouse is known to hold the catalog's tables: a
+    local warehouse is checked before Spark starts (a relative default, run from another folder,
+    is the common mistake), any other is checked by Spark."""
+    from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
 
+    if "://" not in warehouse or warehouse.startswith("file:"):
+        local = Path(warehouse.removeprefix("file://").removeprefix("file:"))
+        needed = (schema.ENTITIES, schema.ENTITY_HISTORY, schema.LINEAGE_EDGES)
+        missing = [t for t in needed if not (local / t / "_delta_log").is_dir()]
+        if missing:
+            raise _fail(
+                f"no catalog tables in {warehouse} ({', '.join(missing)} missing): "
+                "give --warehouse (or LANEWAY_WAREHOUSE) the folder `laneway pipeline run` wrote"
+            )
     return build_session(SessionSettings(master=master, app_name="laneway-catalog"))
 
 
@@ -141,7 +160,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         """
         from laneway.spark.queries import show_entity
 
-        found = show_entity(_session(master), warehouse, entity)
+        found = show_entity(_session(master, warehouse), warehouse, entity)
         if found is None:
             raise _fail(f"no entity {entity!r} in {warehouse}")
         if as_json:
@@ -174,7 +193,9 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         """
         from laneway.spark.queries import search_entities
 
-        found = search_entities(_session(master), warehouse, text, limit=limit, entity_type=entity_type)
+        found = search_entities(
+            _session(master, warehouse), warehouse, text, limit=limit, entity_type=entity_type
+        )
         if as_json:
             _echo_json(found)
             return
@@ -200,7 +221,11 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
 
         if direction not in ("upstream", "downstream", "both"):
             raise _fail(f"--direction must be upstream, downstream or both, not {direction!r}")
-        found = lineage(_session(master), warehouse, table, depth=depth, direction=cast(Direction, direction))
+        found = lineage(
+            _session(master, warehouse), warehouse, table, depth=depth, direction=cast(Direction, direction)
+        )
+        if found.get("known") is False:
+            raise _fail(f"no table {found['table']!r} in {warehouse}")
         if as_json:
             _echo_json(found)
             return

@@ -137,8 +137,10 @@ def lineage(
     """The lineage of ``table`` (``table:db.t`` or ``db.t``) over the current edges.
 
     Walks ``lineage_edges`` one level per Spark query, up to ``depth`` levels, each table
-    visited once. Returns ``{"table": id, "depth": n, "upstream": [...], "downstream": [...]}``,
-    each edge ``{"source_id", "target_id", "edge_id", "depth"}`` ordered by depth then ids.
+    visited once. Returns ``{"table": id, "known": bool, "depth": n, "upstream": [...],
+    "downstream": [...]}``, each edge ``{"source_id", "target_id", "edge_id", "depth"}`` ordered
+    by depth then ids; ``known``: whether ``entities`` has the table (a table with no edges has
+    none either way).
     """
     from pyspark.sql import functions as F
 
@@ -146,7 +148,10 @@ def lineage(
         raise ValueError(f"depth must be >= 1, got {depth}")
     root = _table_id(table)
     edges = _table(spark, warehouse, schema.LINEAGE_EDGES).select("edge_id", "source_id", "target_id")
-    out: dict[str, Any] = {"table": root, "depth": depth, "upstream": [], "downstream": []}
+    known = bool(
+        _table(spark, warehouse, schema.ENTITIES).where(F.col("entity_id") == root).limit(1).collect()
+    )
+    out: dict[str, Any] = {"table": root, "known": known, "depth": depth, "upstream": [], "downstream": []}
     walks: list[tuple[str, str, str]] = []
     if direction in ("upstream", "both"):
         walks.append(("upstream", "target_id", "source_id"))

@@ -8,6 +8,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -108,9 +109,11 @@ def test_catalog_bootstrap_resolves_like_the_ops_commands(
 
 
 def test_pipeline_run_finds_the_recorded_broker(
-    recorded_broker: str, monkeypatch: pytest.MonkeyPatch
+    recorded_broker: str, monkeypatch: pytest.MonkeyPatch, make_topic: TopicFactory
 ) -> None:
     from laneway.spark import pipeline
+
+    topic = make_topic(partitions=1, prefix="entities")
 
     settings: list[pipeline.PipelineSettings] = []
 
@@ -119,12 +122,39 @@ def test_pipeline_run_finds_the_recorded_broker(
         return pipeline.PipelineResult((), 0, 0, None, None)
 
     monkeypatch.setattr(pipeline, "run_pipeline", fake_run)
-    result = invoke("pipeline", "run", "--warehouse", "/nonexistent/wh")
+    result = invoke("pipeline", "run", "--topic", topic, "--warehouse", "/nonexistent/wh")
     assert result.exit_code == 0, result.output
     assert [s.bootstrap for s in settings] == [recorded_broker]
-    monkeypatch.setattr(ka, "connect", lambda address, **kw: None)  # h:1 does not answer: skip the check
-    assert invoke("pipeline", "run", "-b", "h:1", "--warehouse", "/nonexistent/wh").exit_code == 0
+    # a topic that does not exist: one line naming it, before Spark starts (was 25 s of Java traces)
+    missing = invoke("pipeline", "run", "--topic", f"{topic}-missing", "--warehouse", "/nonexistent/wh")
+    assert f"{topic}-missing" in one_line_error(missing) and len(settings) == 1
+
+    class Answering:  # h:1 does not answer: skip the broker check, keep the topic check
+        def list_topics(self, timeout: float) -> Any:
+            return type("Metadata", (), {"topics": {topic: None}})()
+
+    monkeypatch.setattr(ka, "connect", lambda address, **kw: Answering())
+    assert invoke("pipeline", "run", "-b", "h:1", "--topic", topic, "--warehouse", "/x").exit_code == 0
     assert settings[-1].bootstrap == "h:1"
+
+
+def test_sync_that_does_not_catch_up_in_time_says_so(kafka_bootstrap: str, make_topic: TopicFactory) -> None:
+    changes = make_topic(partitions=2, prefix="changes")
+    generated = invoke(
+        "catalog", "generate", "-b", kafka_bootstrap, "--topic", changes, "--entities", "50",
+        "--events", "3000", "--no-progress",
+    )  # fmt: skip
+    assert generated.exit_code == 0, generated.output
+    u = uuid.uuid4().hex[:10]
+    result = invoke(
+        "catalog", "sync", "-b", kafka_bootstrap, "--changes-topic", changes, "--entities-topic",
+        f"entities-{u}", "--dead-letter-topic", f"dlq-{u}", "--group-id", f"sync-{u}", "--delay", "0",
+        "--latency-ms", "20", "--until-caught-up", "--timeout", "0.5",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert (
+        "not caught up within --timeout 0.5 s" in result.stderr and f"laneway lag sync-{u}" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,7 +55,8 @@ def test_search_entities(spark: Any, landed: Landed) -> None:
 
 def test_lineage(spark: Any, landed: Landed) -> None:
     one = lineage(spark, landed.warehouse, "db0.t1", depth=1)
-    assert one["table"] == "table:db0.t1"
+    assert one["table"] == "table:db0.t1" and one["known"] is True
+    assert lineage(spark, landed.warehouse, "nope.nothing")["known"] is False
     assert [e["source_id"] for e in one["upstream"]] == ["table:db0.t0"]
     assert one["downstream"] == []  # db0.t1 -> db0.t2 was deleted
 
@@ -82,3 +85,18 @@ def test_query_commands(spark: Any, landed: Landed) -> None:
     lin = runner.invoke(catalog_app, ["lineage", "db0.t1", *wh, "--depth", "2", "--json"])
     assert lin.exit_code == 0, lin.output
     assert json.loads(lin.stdout)["upstream"][0]["source_id"] == "table:db0.t0"
+    unknown = runner.invoke(catalog_app, ["lineage", "nope.nothing", *wh])
+    assert unknown.exit_code == 2 and "table:nope.nothing" in unknown.stderr
+
+
+@pytest.mark.parametrize("command", [["show", "table:x.y"], ["search", "x"], ["lineage", "x.y"]])
+def test_a_warehouse_without_the_tables_fails_before_spark_starts(command: list[str], tmp_path: Path) -> None:
+    catalog_app = typer.Typer()
+    add_query_commands(catalog_app)
+    started = time.monotonic()
+    result = CliRunner().invoke(catalog_app, [*command, "--warehouse", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no catalog tables in" in lines[0] and "nowhere" in lines[0]
+    assert "Traceback" not in result.output
+    assert time.monotonic() - started < 5  # no Spark session was started for it

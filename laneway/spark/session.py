@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["SessionSettings", "build_session", "extra_jars"]
 
 logger = logging.getLogger(__name__)
+
+#: the log4j2 configuration the driver starts with
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 # "kafka-clients-3.9.0.jar" -> "kafka-clients"; "scala-library-2.13.13.jar" -> "scala-library"
 _ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z][\w.]*)?\.jar$")
@@ -107,8 +111,14 @@ class SessionSettings:
             # G1, the JDK's default, spent 4.3-5.1 CPU s per 300,000-record pipeline run (a third in
             # concurrent marking) against 1.8 s for the parallel collector, and the run took 5-8%
             # longer (one JVM each, alternated, on two cores); a batch pipeline has no use for G1's
-            # short pauses. ``conf`` replaces the whole option string.
-            "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+            # short pauses. The log configuration is laneway/spark/log4j2.properties (Spark's
+            # defaults without its start-up warnings). ``conf`` replaces the whole option string.
+            "spark.driver.extraJavaOptions": (
+                f"-XX:+UseParallelGC -Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+            ),
+            # Laneway's tables are Delta paths, never managed tables: Spark's own warehouse, which it
+            # creates as ./spark-warehouse wherever a command runs, goes to the temp folder
+            "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "laneway-spark-warehouse"),
         }
         if jar_paths:
             out["spark.jars"] = ",".join(str(p) for p in jar_paths)

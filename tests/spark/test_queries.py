@@ -100,3 +100,26 @@ def test_a_warehouse_without_the_tables_fails_before_spark_starts(command: list[
     assert len(lines) == 1 and "no catalog tables in" in lines[0] and "nowhere" in lines[0]
     assert "Traceback" not in result.output
     assert time.monotonic() - started < 5  # no Spark session was started for it
+
+
+def test_a_query_command_prints_its_answer_without_start_up_noise(landed: Landed, tmp_path: Path) -> None:
+    """A query command in a new process, run from an empty folder: the answer on stdout, nothing
+    on stderr but the JVM's own line, and no ./spark-warehouse left behind (it printed five of
+    Spark's start-up warnings and left the folder wherever it ran)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "laneway.ops.cli", "catalog", "show", "table:db0.t0",
+         "--warehouse", landed.warehouse, "--master", "local[1]", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["entity_id"] == "table:db0.t0"
+    noise = [
+        line
+        for line in done.stderr.splitlines()
+        if line.strip() and not line.startswith("WARNING: Using incubator modules")
+    ]
+    assert noise == []
+    assert not (tmp_path / "spark-warehouse").exists()

@@ -83,6 +83,9 @@ def test_session_conf_has_delta_and_small_defaults() -> None:
     # a batch generates ~110 classes: Spark's default cache of 100 recompiled them every batch
     assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 500
     assert "-XX:+UseParallelGC" in conf["spark.driver.extraJavaOptions"]  # a JVM this session starts
+    log4j = conf["spark.driver.extraJavaOptions"].split("-Dlog4j2.configurationFile=")[1].split()[0]
+    assert log4j.startswith("file:/") and Path(log4j.removeprefix("file:")).is_file()  # packaged
+    assert Path(conf["spark.sql.warehouse.dir"]).is_absolute()  # never ./spark-warehouse
     own = SessionSettings(conf={"spark.driver.extraJavaOptions": "-Xss4m"}).spark_conf([])
     assert own["spark.driver.extraJavaOptions"] == "-Xss4m"  # conf wins here too
 

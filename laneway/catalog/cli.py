@@ -80,13 +80,18 @@ def generate_cmd(
         ),
     ] = None,
     partitions: Annotated[int, typer.Option(min=1, help="partitions when the topic is created")] = 8,
+    delivery_timeout: Annotated[
+        float,
+        typer.Option(min=0.1, help="seconds a record may wait for the broker's ack before the run stops"),
+    ] = 30.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Simulate a metastore's change stream and produce it, keyed by entity id, in per-key order.
 
     Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
     """
-    from laneway.catalog.generator import GeneratorConfig, ensure_topics, generate, produce
+    from laneway.catalog.generator import GeneratorConfig, ProduceError, ensure_topics, generate, produce
+    from laneway.ops.cli import fail
 
     try:
         config = GeneratorConfig(
@@ -112,7 +117,17 @@ def generate_cmd(
         span = max((r.arrival_ms for r in records), default=0)
         config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
         records = generate(config)
-    result = produce(records, bootstrap=address, topic=topic, rate=rate or None, progress=progress)
+    try:
+        result = produce(
+            records,
+            bootstrap=address,
+            topic=topic,
+            rate=rate or None,
+            progress=progress,
+            delivery_timeout=delivery_timeout,
+        )
+    except ProduceError as exc:  # the broker went away mid-run, say
+        raise fail(f"producing to {topic} stopped: {exc}", code=1) from exc
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
         f"entities to {topic} in {result.seconds:.1f}s ({result.rate:,.0f} rec/s)"
@@ -181,8 +196,11 @@ def sync_cmd(
         finally:
             sync.close()
     st = sync.stats
+    dead = sync.dead_lettered()
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dead.items()))
     typer.echo(
         f"synced {st.snapshots} snapshots ({st.deletes} deletes) in {time.monotonic() - t0:.1f}s; "
+        f"dead-lettered {sum(dead.values())}{f' ({reasons})' if reasons else ''} to {dead_letter_topic}; "
         f"source calls {sync.source.calls}, transient failures {sync.source.failures}; "
         f"freshness (record timestamp to snapshot acked) p50 {_ms(st.percentile(0.5))}, "
         f"p99 {_ms(st.percentile(0.99))}; changes reached the topic p50 {_ms(st.arrival_percentile(0.5))}, "

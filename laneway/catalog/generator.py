@@ -48,6 +48,7 @@ __all__ = [
     "Entity",
     "GeneratedRecord",
     "GeneratorConfig",
+    "ProduceError",
     "ProduceResult",
     "build_entities",
     "ensure_topics",
@@ -433,6 +434,20 @@ class ProduceResult:
         return self.produced / self.seconds if self.seconds > 0 else float("inf")
 
 
+class ProduceError(RuntimeError):
+    """:func:`produce` stopped: records were not delivered (the broker went away, the topic was
+    deleted, ...). The broker acknowledged ``delivered`` of the ``total`` records; ``errors``
+    are the delivery reports' messages; nothing was sent after the first failure."""
+
+    def __init__(self, *, delivered: int, total: int, errors: list[str]) -> None:
+        self.delivered, self.total, self.errors = delivered, total, errors
+        first = f": {errors[0]}" if errors else ""
+        super().__init__(
+            f"{delivered} of {total} records delivered; {total - delivered} not "
+            f"({len(errors)} failed{first}, the rest unsent)"
+        )
+
+
 def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30.0) -> list[str]:
     """Create the topics that do not exist yet (``{name: partitions}``); return those created.
 
@@ -484,13 +499,16 @@ def produce(
     rate: float | None = None,
     progress: bool = True,
     producer_config: Mapping[str, str | int | float | bool] | None = None,
+    delivery_timeout: float = 30.0,
 ) -> ProduceResult:
     """Produce ``records`` to ``topic`` in order with the idempotent producer.
 
     Same key, same partition, in the given (version) order. ``rate`` (records per
     second, ``None`` for as fast as possible) paces the records on their arrival
-    times scaled to that average rate, so bursts stay bursts. Raises ``RuntimeError``
-    when a record could not be delivered.
+    times scaled to that average rate, so bursts stay bursts. A record the broker has
+    not acknowledged within ``delivery_timeout`` seconds (retries included) fails;
+    after the first failure nothing more is sent, and :class:`ProduceError` says how
+    many records were delivered.
     """
     from confluent_kafka import KafkaError, Message, Producer
     from rich.progress import (
@@ -502,15 +520,21 @@ def produce(
         TimeRemainingColumn,
     )
 
+    from laneway.kafka.admin import client_logger
+
     if rate is not None and rate <= 0:
         raise ValueError("rate must be > 0 (or None for as fast as possible)")
-    conf: dict[str, str | int | float | bool] = {
+    conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 20,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 500_000,
+        "message.timeout.ms": max(1, int(delivery_timeout * 1000)),
+        # librdkafka's lines (a connection refused every second while the broker is away) go
+        # through logging, as the tools' clients do; a failure ends in ProduceError
+        "logger": client_logger,
     }
     conf.update(producer_config or {})
     producer = Producer(conf)
@@ -520,7 +544,7 @@ def produce(
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            errors.append(str(err))
+            errors.append(err.str())
             return
         key, partition = msg.key(), msg.partition()
         per_key[key.decode() if isinstance(key, bytes) else str(key)] += 1
@@ -540,6 +564,8 @@ def produce(
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task(f"producing to {topic}", total=n)
         for i, r in enumerate(records):
+            if errors:  # a gap in some key's versions from here on: stop, say what landed
+                break
             if scale:
                 wait = t0 + r.arrival_ms * scale - time.monotonic()
                 if wait > 0:
@@ -548,14 +574,17 @@ def produce(
                 try:
                     producer.produce(topic, key=r.key.encode(), value=r.value, on_delivery=on_delivery)
                     break
-                except BufferError:
+                except BufferError:  # the local queue is full: wait for acks (or failures)
                     producer.poll(0.1)
+                    if errors:
+                        break
             producer.poll(0)
             if i % 1000 == 999:
                 bar.update(task, completed=i + 1)
-        remaining = producer.flush(60)
-        bar.update(task, completed=n)
+        remaining = producer.flush(delivery_timeout + 5)
+        if not errors and not remaining:
+            bar.update(task, completed=n)
     seconds = time.monotonic() - t0
     if remaining or errors:
-        raise RuntimeError(f"{remaining} records undelivered, {len(errors)} failed: {errors[:3]}")
+        raise ProduceError(delivered=sum(per_partition.values()), total=n, errors=errors)
     return ProduceResult(n, seconds, per_key, per_partition)

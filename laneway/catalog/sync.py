@@ -189,6 +189,19 @@ class CatalogSync:
         self.producer.send(self.settings.entities_topic, value, key=change.entity_id)
         self.stats.record(snapshot, event.timestamp_ms, event.attempt)
 
+    def dead_lettered(self) -> dict[str, int]:
+        """Changes this run sent to the dead-letter topic, by reason (``deserialize``: invalid;
+        ``handler``: failed every attempt), read from the app's own metrics."""
+        out: dict[str, int] = {}
+        for metric in self.app.metrics.registry.collect():
+            if metric.name != "laneway_dead_letters":
+                continue
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.value:
+                    reason = sample.labels["reason"]
+                    out[reason] = out.get(reason, 0) + int(sample.value)
+        return out
+
     def caught_up(self, min_interval: float = 0.5) -> bool:
         """True once the group has committed everything on the changes topic (checked at most
         every ``min_interval`` seconds; meant for ``app.run_until``)."""

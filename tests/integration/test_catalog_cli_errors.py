@@ -200,3 +200,59 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
         assert re.search(r"--bootstrap\s+-b\s", result.stdout), result.stdout
         text = " ".join(result.stdout.replace("│", " ").split())
         assert "$LANEWAY_BOOTSTRAP" in text and "laneway broker" in text, text
+
+
+def test_generate_stops_with_one_line_when_the_broker_goes_away() -> None:
+    """A broker killed mid-run: generate stops sending at the first undelivered record and says,
+    in one line with exit code 1, how many records landed (it printed a traceback)."""
+    import threading
+
+    from laneway.ops.broker import LocalBroker
+
+    with LocalBroker.create() as broker:
+        topic = f"catalog-changes-{uuid.uuid4().hex[:12]}"
+        killed = threading.Event()
+
+        def kill_when_records_landed() -> None:
+            from confluent_kafka import Consumer, TopicPartition
+
+            c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe"})
+            try:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    try:
+                        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=2)
+                    except Exception:  # the topic is not there yet
+                        high = 0
+                    if high >= 50:
+                        break
+                    time.sleep(0.1)
+            finally:
+                c.close()
+            broker.kill()
+            killed.set()
+
+        killer = threading.Thread(target=kill_when_records_landed, daemon=True)
+        killer.start()
+        # 2,000 records at 200/s: ten seconds of producing, the broker killed after the first 50
+        result = invoke(
+            "catalog", "generate", "-b", broker.bootstrap, "--topic", topic, "--partitions", "1",
+            "--entities", "20", "--events", "2000", "--rate", "200", "--delivery-timeout", "2",
+            "--no-progress",
+        )  # fmt: skip
+        killer.join(timeout=70)
+    assert killed.is_set()
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    match = re.fullmatch(
+        rf"error: producing to {topic} stopped: (\d+) of 2000 records delivered; (\d+) not "
+        r"\((\d+) failed: Local: Message timed out, the rest unsent\)",
+        lines[0],
+    )
+    assert match, lines[0]
+    delivered, undelivered, failed = (int(g) for g in match.groups())
+    assert delivered >= 50 and failed >= 1
+    assert undelivered + delivered == 2000
+    assert "produced" not in result.stdout

@@ -3,6 +3,7 @@ are dead-lettered; the final snapshot per entity equals the state computed from 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -96,11 +97,15 @@ def test_sync_command_until_caught_up(kafka_bootstrap: str, make_topic: TopicFac
     entities = make_topic(partitions=2, prefix="catalog-entities")
     dlq = make_topic(partitions=1, prefix="catalog-dlq")
     runner = CliRunner()
-    gen_args = ["--topic", changes, "--entities", "20", "--events", "200", "--no-progress"]
+    gen_args = ["--topic", changes, "--entities", "20", "--events", "200", "--invalid-share", "0.05",
+                "--no-progress"]  # fmt: skip
     gen = runner.invoke(_cli(), ["catalog", "generate", "--bootstrap", kafka_bootstrap, *gen_args])
     assert gen.exit_code == 0, gen.output
     sync_args = ["--changes-topic", changes, "--entities-topic", entities, "--dead-letter-topic", dlq,
                  "--group-id", group_id, "--delay", "0", "--until-caught-up", "--timeout", "60"]  # fmt: skip
     result = runner.invoke(_cli(), ["catalog", "sync", "--bootstrap", kafka_bootstrap, *sync_args])
     assert result.exit_code == 0, result.output
-    assert "synced 200 snapshots" in result.stdout
+    invalid = int(re.search(r"\((\d+) invalid\)", gen.stdout).group(1))  # type: ignore[union-attr]
+    assert invalid > 0
+    assert f"synced {200 - invalid} snapshots" in result.stdout
+    assert f"dead-lettered {invalid} ({invalid} deserialize) to {dlq}" in result.stdout

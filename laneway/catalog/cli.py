@@ -5,7 +5,9 @@ laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 -
 ``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.kafka_cli`):
 the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
 else 127.0.0.1:9092 (:func:`laneway.kafka.admin.resolve_bootstrap`). When no broker answers,
-a command prints one line and exits with code 2, as they do.
+a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
+after one line, when producing stops midway (the broker went away), as ``sync
+--until-caught-up`` does when it gives up.
 """
 
 from __future__ import annotations
@@ -80,9 +82,13 @@ def generate_cmd(
         ),
     ] = None,
     partitions: Annotated[int, typer.Option(min=1, help="partitions when the topic is created")] = 8,
-    delivery_timeout: Annotated[
+    stall_timeout: Annotated[
         float,
-        typer.Option(min=0.1, help="seconds a record may wait for the broker's ack before the run stops"),
+        typer.Option(
+            min=0.1,
+            help="stop when records are waiting and the broker has answered none for this many "
+            "seconds (it went away, say)",
+        ),
     ] = 30.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -124,10 +130,10 @@ def generate_cmd(
             topic=topic,
             rate=rate or None,
             progress=progress,
-            delivery_timeout=delivery_timeout,
+            stall_timeout=stall_timeout,
         )
     except ProduceError as exc:  # the broker went away mid-run, say
-        raise fail(f"producing to {topic} stopped: {exc}", code=1) from exc
+        raise fail(f"producing to {topic} stopped, {exc}", code=1) from exc
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
         f"entities to {topic} in {result.seconds:.1f}s ({result.rate:,.0f} rec/s)"

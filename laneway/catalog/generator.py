@@ -435,16 +435,23 @@ class ProduceResult:
 
 
 class ProduceError(RuntimeError):
-    """:func:`produce` stopped: records were not delivered (the broker went away, the topic was
-    deleted, ...). The broker acknowledged ``delivered`` of the ``total`` records; ``errors``
-    are the delivery reports' messages; nothing was sent after the first failure."""
+    """:func:`produce` stopped before every record was acknowledged: the broker answered
+    nothing for ``stall_timeout`` seconds (it went away, say), a delivery failed, or the client
+    refused a record (the topic was deleted, ...). ``reason`` says which.
 
-    def __init__(self, *, delivered: int, total: int, errors: list[str]) -> None:
-        self.delivered, self.total, self.errors = delivered, total, errors
-        first = f": {errors[0]}" if errors else ""
+    Of the ``total`` records, the broker acknowledged ``acknowledged``; ``failed`` came back
+    with an error; ``unanswered`` were sent and purged without an answer (they may have
+    landed); ``unsent`` were never handed to the client.
+    """
+
+    def __init__(
+        self, *, reason: str, total: int, acknowledged: int, failed: int, unanswered: int, unsent: int
+    ) -> None:
+        self.reason, self.total, self.acknowledged = reason, total, acknowledged
+        self.failed, self.unanswered, self.unsent = failed, unanswered, unsent
         super().__init__(
-            f"{delivered} of {total} records delivered; {total - delivered} not "
-            f"({len(errors)} failed{first}, the rest unsent)"
+            f"{reason}: {acknowledged} of {total} records acknowledged, {failed} failed, "
+            f"{unanswered} sent without an answer (they may have landed), {unsent} not sent"
         )
 
 
@@ -499,18 +506,21 @@ def produce(
     rate: float | None = None,
     progress: bool = True,
     producer_config: Mapping[str, str | int | float | bool] | None = None,
-    delivery_timeout: float = 30.0,
+    stall_timeout: float | None = None,
 ) -> ProduceResult:
     """Produce ``records`` to ``topic`` in order with the idempotent producer.
 
     Same key, same partition, in the given (version) order. ``rate`` (records per
     second, ``None`` for as fast as possible) paces the records on their arrival
-    times scaled to that average rate, so bursts stay bursts. A record the broker has
-    not acknowledged within ``delivery_timeout`` seconds (retries included) fails;
-    after the first failure nothing more is sent, and :class:`ProduceError` says how
-    many records were delivered.
+    times scaled to that average rate, so bursts stay bursts.
+
+    The run stops, raising :class:`ProduceError`, at the first failed delivery or
+    refused record, and, with ``stall_timeout``, when records are waiting and the broker
+    has answered none of them for that many seconds (``None``: librdkafka's
+    ``message.timeout.ms`` decides, 300 s by default). Nothing more is sent after that;
+    what the client still holds is purged.
     """
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, KafkaException, Message, Producer
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -524,6 +534,8 @@ def produce(
 
     if rate is not None and rate <= 0:
         raise ValueError("rate must be > 0 (or None for as fast as possible)")
+    if stall_timeout is not None and stall_timeout <= 0:
+        raise ValueError("stall_timeout must be > 0 (or None)")
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -531,9 +543,8 @@ def produce(
         "linger.ms": 20,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 500_000,
-        "message.timeout.ms": max(1, int(delivery_timeout * 1000)),
         # librdkafka's lines (a connection refused every second while the broker is away) go
-        # through logging, as the tools' clients do; a failure ends in ProduceError
+        # through logging, as the tools' clients do; a stop ends in ProduceError
         "logger": client_logger,
     }
     conf.update(producer_config or {})
@@ -541,16 +552,29 @@ def produce(
     per_key: Counter[str] = Counter()
     per_partition: Counter[int] = Counter()
     errors: list[str] = []
+    answered_at = time.monotonic()  # the broker's last answer, or when records began to wait
+    purge_codes = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        nonlocal answered_at
         if err is not None:
-            errors.append(err.str())
+            if err.code() not in purge_codes:  # purged: counted as unanswered
+                answered_at = time.monotonic()
+                errors.append(err.str())
             return
+        answered_at = time.monotonic()
         key, partition = msg.key(), msg.partition()
         per_key[key.decode() if isinstance(key, bytes) else str(key)] += 1
         per_partition[partition if partition is not None else -1] += 1
 
+    def stalled() -> bool:
+        return (
+            stall_timeout is not None and len(producer) > 0 and time.monotonic() - answered_at > stall_timeout
+        )
+
     n = len(records)
+    sent = 0
+    refused: str | None = None
     span = max((r.arrival_ms for r in records), default=0) or 1
     scale = (n / rate) / span if rate else 0.0  # seconds of wall time per arrival ms
     columns = (
@@ -563,28 +587,51 @@ def produce(
     t0 = time.monotonic()
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task(f"producing to {topic}", total=n)
-        for i, r in enumerate(records):
-            if errors:  # a gap in some key's versions from here on: stop, say what landed
+        for r in records:
+            if errors or refused or stalled():  # a gap in some key's versions from here on
                 break
             if scale:
                 wait = t0 + r.arrival_ms * scale - time.monotonic()
                 if wait > 0:
                     producer.poll(wait)
+            if len(producer) == 0:  # nothing was waiting: the stall clock starts now
+                answered_at = time.monotonic()
             while True:
                 try:
                     producer.produce(topic, key=r.key.encode(), value=r.value, on_delivery=on_delivery)
+                    sent += 1
                     break
-                except BufferError:  # the local queue is full: wait for acks (or failures)
+                except BufferError:  # the local queue is full: wait for answers
                     producer.poll(0.1)
-                    if errors:
+                    if errors or stalled():
                         break
+                except KafkaException as exc:  # refused at once: the topic is gone, a fatal error
+                    refused = _kafka_text(exc)
+                    break
             producer.poll(0)
-            if i % 1000 == 999:
-                bar.update(task, completed=i + 1)
-        remaining = producer.flush(delivery_timeout + 5)
-        if not errors and not remaining:
-            bar.update(task, completed=n)
+            if sent % 1000 == 0:
+                bar.update(task, completed=sent)
+        while len(producer) > 0 and not errors and not stalled():
+            producer.flush(0.5)
+        if len(producer) > 0:  # stopped: what the client still holds will not be waited for
+            producer.purge(in_queue=True, in_flight=True)
+            producer.flush(1.0)
+        bar.update(task, completed=sent)
     seconds = time.monotonic() - t0
-    if remaining or errors:
-        raise ProduceError(delivered=sum(per_partition.values()), total=n, errors=errors)
+    acknowledged = sum(per_partition.values())
+    if acknowledged < n:
+        if refused:
+            reason = f"the client refused a record: {refused}"
+        elif errors:
+            reason = f"a delivery failed: {errors[0]}"
+        else:
+            reason = f"the broker answered nothing for {stall_timeout or 0:g} s"
+        raise ProduceError(
+            reason=reason,
+            total=n,
+            acknowledged=acknowledged,
+            failed=len(errors),
+            unanswered=sent - acknowledged - len(errors),
+            unsent=n - sent,
+        )
     return ProduceResult(n, seconds, per_key, per_partition)

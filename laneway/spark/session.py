@@ -11,7 +11,9 @@ frozen, picklable description of the session; nothing here opens a connection.
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Mapping
@@ -40,6 +42,13 @@ def _artifact(jar_name: str) -> str:
     return match.group("artifact") if match else jar_name.removesuffix(".jar")
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container, say)
+        return str(os.getuid())
+
+
 def _pyspark_jars_dir() -> Path:
     import pyspark
 
@@ -64,7 +73,11 @@ class SessionSettings:
     """How to build the session. Frozen and picklable.
 
     ``conf`` passes any other Spark setting through (``spark.executor.memory``, ...);
-    it wins over the defaults here.
+    it wins over the defaults here. Two of those defaults concern anyone who adds their
+    own work to the session: Spark logs through ``laneway/spark/log4j2.properties``
+    (``spark.driver.extraJavaOptions``), and ``spark.sql.warehouse.dir``, where managed
+    tables would go, is a per-user folder in the temp folder (Laneway's tables are Delta
+    paths); set them in ``conf`` to keep managed tables elsewhere.
     """
 
     master: str = "local[*]"
@@ -118,7 +131,9 @@ class SessionSettings:
             ),
             # Laneway's tables are Delta paths, never managed tables: Spark's own warehouse, which it
             # creates as ./spark-warehouse wherever a command runs, goes to the temp folder
-            "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "laneway-spark-warehouse"),
+            "spark.sql.warehouse.dir": str(
+                Path(tempfile.gettempdir()) / f"laneway-spark-warehouse-{_user()}"
+            ),
         }
         if jar_paths:
             out["spark.jars"] = ",".join(str(p) for p in jar_paths)

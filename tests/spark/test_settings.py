@@ -9,7 +9,7 @@ import pytest
 
 from laneway.spark import pipeline, schema
 from laneway.spark.pipeline import AVAILABLE_NOW, PipelineSettings
-from laneway.spark.session import SessionSettings, extra_jars
+from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
 
 
 def _settings(**kw: object) -> PipelineSettings:
@@ -84,7 +84,7 @@ def test_session_conf_has_delta_and_small_defaults() -> None:
     assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 500
     assert "-XX:+UseParallelGC" in conf["spark.driver.extraJavaOptions"]  # a JVM this session starts
     log4j = conf["spark.driver.extraJavaOptions"].split("-Dlog4j2.configurationFile=")[1].split()[0]
-    assert log4j.startswith("file:/") and Path(log4j.removeprefix("file:")).is_file()  # packaged
+    assert log4j == LOG4J2.as_uri() and LOG4J2.is_file()  # packaged beside the module
     assert Path(conf["spark.sql.warehouse.dir"]).is_absolute()  # never ./spark-warehouse
     own = SessionSettings(conf={"spark.driver.extraJavaOptions": "-Xss4m"}).spark_conf([])
     assert own["spark.driver.extraJavaOptions"] == "-Xss4m"  # conf wins here too

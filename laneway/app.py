@@ -163,6 +163,8 @@ class App:
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ConfigError(".".join(str(p) for p in first["loc"]), first["msg"]) from None
+        if backpressure is not None and not isinstance(backpressure, Backpressure):
+            raise ConfigError("backpressure", f"must be a Backpressure(...), got {backpressure!r}")
         self.backpressure = backpressure or Backpressure()
         self.handlers: dict[str, HandlerSpec] = {}
         self.metrics = PrometheusMetrics()
@@ -201,11 +203,11 @@ class App:
                     topic=topic,
                     fn=fn,
                     ordering=ordering,
-                    retry=retry or Retry(),
-                    delay=Delay(seconds=delay) if isinstance(delay, int | float) else delay,
+                    retry=Retry() if retry is None else retry,
+                    delay=delay if delay is None or isinstance(delay, Delay) else Delay(seconds=delay),
                     on_failure=on_failure,
                     dead_letter_topic=dead_letter_topic,
-                    deserializer=_json if deserializer == "json" else deserializer,
+                    deserializer=_deserializer(deserializer),
                     timeout=timeout,
                 )
             )
@@ -424,3 +426,16 @@ def _json(value: bytes | None) -> Any:
     if value is None:
         raise ValueError("null value")
     return orjson.loads(value)
+
+
+def _deserializer(
+    deserializer: Callable[[bytes | None], Any] | Literal["json"] | None,
+) -> Callable[[bytes | None], Any] | None:
+    """The handler's ``deserializer`` option: ``"json"``, a function of the value, or None."""
+    if isinstance(deserializer, str):
+        if deserializer != "json":
+            raise ConfigError(
+                "deserializer", f"must be 'json' or a function of the value bytes, got {deserializer!r}"
+            )
+        return _json
+    return deserializer

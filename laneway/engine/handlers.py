@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,19 +40,44 @@ class HandlerSpec:
     is_async: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
-        # cached: inspect.iscoroutinefunction is too slow for the per-record path
-        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
-        if not self.topic:
+        # cached: inspect.iscoroutinefunction is too slow for the per-record path. An object
+        # whose __call__ is an async def is async too (a plain one returning a coroutine would
+        # have its events marked done unrun: the engine fails such an attempt instead)
+        call = type(self.fn).__call__ if not inspect.isroutine(self.fn) else None
+        is_async = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(call)
+        object.__setattr__(self, "is_async", is_async)
+        if not isinstance(self.topic, str) or not self.topic:
             raise ConfigError("topic", "must be a non-empty topic name")
+        if not isinstance(self.retry, Retry):
+            raise ConfigError("retry", f"must be a Retry(...), got {self.retry!r}")
+        if self.delay is not None and not isinstance(self.delay, Delay):
+            raise ConfigError("delay", f"must be seconds or a Delay(...), got {self.delay!r}")
+        if self.deserializer is not None and not callable(self.deserializer):
+            raise ConfigError(
+                "deserializer", f"must be 'json' or a function of the value bytes, got {self.deserializer!r}"
+            )
+        if self.dead_letter_topic is not None and (
+            not isinstance(self.dead_letter_topic, str) or not self.dead_letter_topic
+        ):
+            raise ConfigError(
+                "dead_letter_topic", f"must be a topic name or None, got {self.dead_letter_topic!r}"
+            )
         if self.ordering not in ("key", "partition", "unordered"):
             raise ConfigError("ordering", f"must be key, partition or unordered, got {self.ordering!r}")
         if self.on_failure not in ("dead_letter", "halt"):
             raise ConfigError("on_failure", f"must be dead_letter or halt, got {self.on_failure!r}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigError("timeout", f"must be > 0, got {self.timeout}")
+        if self.timeout is not None and not _positive(self.timeout):
+            raise ConfigError("timeout", f"must be a number of seconds > 0, got {self.timeout!r}")
         if not callable(self.fn):
             raise ConfigError("handler", f"{self.fn!r} is not callable")
 
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"{self.topic}.dlq"
+
+
+def _positive(value: object) -> bool:
+    """A finite number > 0 (not a bool, not NaN)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )

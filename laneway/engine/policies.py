@@ -5,6 +5,7 @@ Each raises :class:`~laneway.engine.errors.ConfigError` naming the bad field.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,11 @@ __all__ = ["Backpressure", "Delay", "OnFailure", "Ordering", "Retry"]
 Ordering = Literal["key", "partition", "unordered"]
 #: what happens after an event's last failed attempt
 OnFailure = Literal["dead_letter", "halt"]
+
+
+def _number(value: object) -> bool:
+    """An int or float, not a bool, not NaN (infinities are left to the caller)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +44,16 @@ class Retry:
     retry_on: tuple[type[BaseException], ...] = (Exception,)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError("retry.max_attempts", f"must be >= 1, got {self.max_attempts}")
+        if (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or self.max_attempts < 1
+        ):
+            raise ConfigError("retry.max_attempts", f"must be a whole number >= 1, got {self.max_attempts!r}")
+        for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
+            value = getattr(self, name)
+            if not _number(value) or (name != "max_backoff" and not math.isfinite(value)):
+                raise ConfigError(f"retry.{name}", f"must be a number, got {value!r}")
         if self.initial_backoff < 0:
             raise ConfigError("retry.initial_backoff", f"must be >= 0, got {self.initial_backoff}")
         if self.max_backoff < self.initial_backoff:
@@ -48,6 +62,14 @@ class Retry:
             raise ConfigError("retry.multiplier", f"must be >= 1, got {self.multiplier}")
         if not 0 <= self.jitter <= 1:
             raise ConfigError("retry.jitter", f"must be within [0, 1], got {self.jitter}")
+        retry_on = self.retry_on
+        if isinstance(retry_on, type):  # one exception class: as a tuple of one
+            retry_on = (retry_on,)
+            object.__setattr__(self, "retry_on", retry_on)
+        if not isinstance(retry_on, tuple) or not all(
+            isinstance(c, type) and issubclass(c, BaseException) for c in retry_on
+        ):
+            raise ConfigError("retry.retry_on", f"must be a tuple of exception classes, got {retry_on!r}")
 
     def should_retry(self, error: BaseException, attempt: int) -> bool:
         return attempt < self.max_attempts and isinstance(error, self.retry_on)
@@ -65,8 +87,8 @@ class Delay:
     seconds: float
 
     def __post_init__(self) -> None:
-        if self.seconds < 0:
-            raise ConfigError("delay.seconds", f"must be >= 0, got {self.seconds}")
+        if not _number(self.seconds) or not math.isfinite(self.seconds) or self.seconds < 0:
+            raise ConfigError("delay.seconds", f"must be a number of seconds >= 0, got {self.seconds!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

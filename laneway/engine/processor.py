@@ -23,6 +23,7 @@ submitted under, so work of a revoked partition is recognised in O(1) and skippe
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import queue
@@ -75,6 +76,9 @@ class PartitionState:
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
     running: int = 0
     revoked: bool = False
+    #: the source (consumer) the partition is assigned to: with several consumers in one
+    #: process a partition can move from one to another before the first hears it lost it
+    owner: object = None
     #: records emitted by finished events, waiting for the commit position to pass them
     outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
 
@@ -193,7 +197,8 @@ class Processor:
         self._on_fatal = on_fatal
         self._new_loop = _loop_factory(event_loop)
         self._lock = _FinishingLock(self._finish_locked, self._dispatch)
-        self._submit_lock = threading.Lock()
+        self._submit_lock = threading.Lock()  # for submitters that give no owner
+        self._owner_locks: dict[int, threading.Lock] = {}
         # Condition takes any lock with acquire/release (typeshed lists only threading's own)
         self._changed = threading.Condition(self._lock)  # type: ignore[arg-type]
         self._waiters = 0
@@ -249,23 +254,31 @@ class Processor:
 
     # ------------------------------------------------------------------ source side
 
-    def assign(self, tps: Iterable[TopicPartition]) -> None:
-        """Start tracking partitions (a fresh state each time a partition is assigned)."""
+    def assign(self, tps: Iterable[TopicPartition], owner: object = None) -> None:
+        """Start tracking partitions for ``owner`` (a fresh state each time a partition is
+        assigned; one another owner still held is dropped, as on a revoke without commit)."""
         with self._lock:
             for tp in tps:
                 old = self._states.get(tp)
                 if old is not None:
                     old.revoked = True
-                self._states[tp] = PartitionState(tp)
+                self._states[tp] = PartitionState(tp, owner=owner)
 
-    def submit(self, events: Iterable[Event]) -> int:
-        """Queue events (in partition order). Events of unassigned partitions are ignored.
+    def _owned(self, tp: TopicPartition, owner: object) -> PartitionState | None:
+        state = self._states.get(tp)
+        return state if state is not None and state.owner is owner else None
+
+    def submit(self, events: Iterable[Event], owner: object = None) -> int:
+        """Queue events (in partition order). Events of partitions not assigned to ``owner``
+        are ignored: a consumer that has not yet heard it lost a partition to another one
+        cannot feed the new owner's state.
 
         Returns how many were accepted.
 
         An event of a cheap plain handler whose lane is idle runs right here, without a lane
-        (see :meth:`_run_direct`); submitters take turns (``_submit_lock``), so a key that has
-        no lane gets none from another thread meanwhile.
+        (see :meth:`_run_direct`). An owner's submits take turns (one lock per owner), so a key
+        of its partitions that has no lane gets none from another thread meanwhile; another
+        owner's submits, of other partitions, do not wait for a slow handler call here.
         """
         if self._closed:
             raise EngineStopped("the processor is closed")
@@ -281,7 +294,13 @@ class Processor:
         spec: HandlerSpec | None = None
         run_here = False
         offsets: list[int] = []  # of the current run, for its tracker
-        with self._submit_lock:
+        if owner is None:
+            submit_lock = self._submit_lock
+        else:
+            submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
+                id(owner), threading.Lock()
+            )
+        with submit_lock:
             with self._lock:
                 for ev in events:
                     topic, partition = ev.topic, ev.partition
@@ -292,6 +311,8 @@ class Processor:
                             offsets = []
                         last = (topic, partition)
                         state, spec = states.get(last), handlers.get(topic)
+                        if state is not None and state.owner is not owner:
+                            state = None  # another consumer's now: this one lost it
                         run_here = topic in here
                         if run_here and state is not None and spec is not None:
                             runs.append((state, spec, len(direct)))
@@ -379,7 +400,8 @@ class Processor:
                 try:
                     if deserializer is not None:
                         ev.payload = _deserialize(spec, ev)
-                    fn(ev)
+                    if (result := fn(ev)) is not None:
+                        _check_result(result)
                 except BaseException as exc:
                     failure = exc
                     break
@@ -474,21 +496,29 @@ class Processor:
                     out[tp] = pos
         return out
 
-    def skip_unseen(self, positions: Mapping[TopicPartition, int]) -> None:
-        """The client's positions per partition: offsets below them that never came (transaction
-        markers, aborted records) are not waited for (:meth:`OffsetTracker.skip_to`)."""
+    def skip_unseen(self, positions: Mapping[TopicPartition, int], owner: object = None) -> None:
+        """``owner``'s client positions per partition: offsets below them that never came
+        (transaction markers, aborted records) are not waited for
+        (:meth:`OffsetTracker.skip_to`). A partition another owner holds now is left alone: this
+        client's position is not the new owner's, and skipping to it could pass records the new
+        owner has not fetched."""
         with self._lock:
             for tp, offset in positions.items():
-                state = self._states.get(tp)
+                state = self._owned(tp, owner)
                 if state is not None:
                     state.tracker.skip_to(offset)
 
-    def revoke(self, tps: Iterable[TopicPartition], timeout: float) -> dict[TopicPartition, int]:
-        """Stop work on ``tps``: drop their queued events, wait up to ``timeout`` for the running
-        ones, and return the positions that are safe to commit for them."""
+    def revoke(
+        self, tps: Iterable[TopicPartition], timeout: float, owner: object = None
+    ) -> dict[TopicPartition, int]:
+        """Stop ``owner``'s work on ``tps``: drop their queued events, wait up to ``timeout`` for
+        the running ones, and return the positions that are safe to commit for them. A partition
+        assigned to another owner since is not touched."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            revoking = [s for tp in tps if (s := self._states.pop(tp, None)) is not None]
+            revoking = [s for tp in tps if (s := self._owned(tp, owner)) is not None]
+            for s in revoking:
+                del self._states[s.tp]
             for s in revoking:
                 s.revoked = True
                 if s.outputs:
@@ -571,11 +601,17 @@ class Processor:
                     self._room_at = -1
         return True
 
-    def final_positions(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Positions of the given (default: all) assigned partitions, for a last commit."""
+    def final_positions(
+        self, tps: Iterable[TopicPartition] | None = None, owner: object = None
+    ) -> dict[TopicPartition, int]:
+        """Positions of the given (default: all) assigned partitions, for a last commit; with
+        ``tps``, only those still assigned to ``owner``."""
         with self._lock:
-            keys = self._states.keys() if tps is None else [tp for tp in tps if tp in self._states]
-            return {tp: p for tp in keys if (p := self._states[tp].tracker.position()) is not None}
+            if tps is None:
+                states = list(self._states.values())
+            else:
+                states = [s for tp in tps if (s := self._owned(tp, owner)) is not None]
+            return {s.tp: p for s in states if (p := s.tracker.position()) is not None}
 
     def alive(self) -> str | None:
         """None while every worker is running, else what stopped."""
@@ -658,7 +694,7 @@ class Processor:
                 [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
             )
             if not spec.is_async:
-                if inline and cost < _INLINE_COST:
+                if inline and cost < _INLINE_COST and spec.timeout is None:  # the watchdog watches workers
                     chunks = self._run_inline(chunks)
                 put = self._ready.put
                 for chunk in chunks:
@@ -1000,7 +1036,8 @@ class Processor:
             try:
                 if spec.deserializer is not None and ev.attempt == 1:
                     ev.payload = _deserialize(spec, ev)
-                spec.fn(ev)
+                if (result := spec.fn(ev)) is not None:
+                    _check_result(result)
             except BaseException as exc:
                 busy += perf() - t0
                 failed.append((lane, ev, state, exc))
@@ -1184,6 +1221,21 @@ def _put_all(aready: asyncio.Queue[list[_Lane] | None], chunks: list[list[_Lane]
 
 class _Undeserializable(Exception):
     """The record's value could not be deserialized: dead-lettered without retries."""
+
+
+def _check_result(result: object) -> None:
+    """A plain handler's return value: an awaitable means an ``async def`` the engine could not
+    recognise (a decorator that hid it, an object whose ``__call__`` is async), and an event
+    marked done without its work ever running. It fails the attempt instead."""
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning: the error says it
+        raise TypeError(
+            f"the handler returned {type(result).__name__} {result!r} without awaiting it: register an "
+            "`async def` (a decorator wrapping one must keep it one: functools.wraps and "
+            "inspect.markcoroutinefunction)"
+        )
 
 
 def _deserialize(spec: HandlerSpec, ev: Event) -> object:

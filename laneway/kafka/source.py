@@ -256,7 +256,7 @@ class KafkaSource:
                 if (err := msg.error()) is not None:
                     self._on_error(err)
         if ready:
-            self._processor.submit(ready)
+            self._processor.submit(ready, owner=self)
             self._metrics.consumed(len(ready))
 
     def _within_cap(self, msgs: list[Message], max_accept: int) -> list[Message]:
@@ -382,11 +382,12 @@ class KafkaSource:
         except KafkaException:
             return
         self._processor.skip_unseen(
-            {(p.topic, p.partition): p.offset for p in parts if p.error is None and p.offset >= 0}
+            {(p.topic, p.partition): p.offset for p in parts if p.error is None and p.offset >= 0},
+            owner=self,
         )
 
     def _report_lag(self) -> None:
-        positions = self._processor.final_positions(self._assigned)
+        positions = self._processor.final_positions(self._assigned, owner=self)
         for topic, partition in list(self._assigned):
             try:
                 _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
@@ -402,7 +403,7 @@ class KafkaSource:
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
-        self._processor.assign(tps)
+        self._processor.assign(tps, owner=self)
         self._assigned.update(tps)
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))
@@ -425,7 +426,7 @@ class KafkaSource:
         tps = [(p.topic, p.partition) for p in parts]
         with contextlib.suppress(KafkaException):
             consumer.resume(parts)  # leave no pause flag behind on partitions we give away
-        positions = self._processor.revoke(tps, self._revoke_timeout)
+        positions = self._processor.revoke(tps, self._revoke_timeout, owner=self)
         self._commit(positions, asynchronous=False)
         self._assigned.difference_update(tps)
         for t, p in tps:
@@ -435,7 +436,7 @@ class KafkaSource:
 
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
-        self._processor.revoke(tps, 0.0)  # not ours any more: drop, do not commit
+        self._processor.revoke(tps, 0.0, owner=self)  # not ours any more: drop, do not commit
         self._processor.discard_outputs(tps)
         self._assigned.difference_update(tps)
         for t, p in tps:
@@ -451,7 +452,7 @@ class KafkaSource:
     def _close(self) -> None:
         try:
             self._skip_unseen()
-            self._commit(self._processor.final_positions(self._assigned), asynchronous=False)
+            self._commit(self._processor.final_positions(self._assigned, owner=self), asynchronous=False)
         except Exception:
             logger.exception("final commit failed")
         try:

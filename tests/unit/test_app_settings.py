@@ -65,3 +65,63 @@ def test_metrics_host_defaults_to_loopback() -> None:
     assert App("a", bootstrap_servers="127.0.0.1:9092").settings.metrics_host == "127.0.0.1"
     app = App("a", bootstrap_servers="127.0.0.1:9092", metrics_port=9100, metrics_host="0.0.0.0")
     assert app.settings.metrics_host == "0.0.0.0"
+
+
+def _noop(ev: object) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"deserializer": "yaml"}, "deserializer"),
+        ({"deserializer": 3}, "deserializer"),
+        ({"retry": 3}, "retry"),
+        ({"delay": "1"}, "delay.seconds"),
+        ({"delay": float("nan")}, "delay.seconds"),
+        ({"delay": float("inf")}, "delay.seconds"),
+        ({"timeout": "1"}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"dead_letter_topic": ""}, "dead_letter_topic"),
+    ],
+)
+def test_bad_handler_options_fail_when_registered_naming_the_field(
+    options: dict[str, object], field: str
+) -> None:
+    """They failed at the first record (a halt, a dead consumer loop) or dead-lettered every record."""
+    app = App("a", bootstrap_servers="127.0.0.1:9092")
+    with pytest.raises(ConfigError) as info:
+        app.handler("t", **options)(_noop)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"retry_on": ("x",)}, "retry.retry_on"),
+        ({"max_attempts": 2.5}, "retry.max_attempts"),
+        ({"max_attempts": True}, "retry.max_attempts"),
+        ({"initial_backoff": float("nan")}, "retry.initial_backoff"),
+        ({"multiplier": float("nan")}, "retry.multiplier"),
+        ({"jitter": "0.5"}, "retry.jitter"),
+    ],
+)
+def test_bad_retry_options_fail_naming_the_field(options: dict[str, object], field: str) -> None:
+    from laneway import Retry
+
+    with pytest.raises(ConfigError) as info:
+        Retry(**options)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_retry_on_takes_one_exception_class_too() -> None:
+    from laneway import Retry
+
+    retry = Retry(retry_on=TimeoutError)  # type: ignore[arg-type]
+    assert retry.retry_on == (TimeoutError,) and retry.should_retry(TimeoutError(), 1)
+
+
+def test_backpressure_must_be_a_backpressure() -> None:
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", backpressure={"max_events": 10})  # type: ignore[arg-type]
+    assert info.value.field == "backpressure"

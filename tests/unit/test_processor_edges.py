@@ -1,0 +1,159 @@
+"""Edge cases a review found (session 10), on the processor alone: partitions that move between
+two consumers of one process, a slow call on one consumer's thread, handlers with a timeout,
+plain handlers that return a coroutine, async callable objects."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from laneway import Retry
+from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
+from laneway.engine.processor import Processor
+from tests.unit.test_processor import FakeDeadLetters, wait_for
+
+TP0, TP1 = ("t", 0), ("t", 1)
+
+
+def batch(partition: int, first: int, n: int, key: bytes = b"k") -> list[Event]:
+    return [Event("t", partition, first + i, key, b"v", size=1) for i in range(n)]
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Processor]]:
+    made: list[Processor] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def processor(
+    procs: list[Processor], fn: Callable[[Event], Any], **options: Any
+) -> tuple[Processor, FakeDeadLetters]:
+    sink = FakeDeadLetters()
+    proc = Processor({"t": HandlerSpec(topic="t", fn=fn, **options)}, concurrency=4, dead_letters=sink)
+    procs.append(proc)
+    return proc, sink
+
+
+def test_a_partition_another_consumer_took_is_not_dropped_fed_or_skipped_by_the_first(
+    procs: list[Processor],
+) -> None:
+    handled: list[tuple[int, int]] = []
+    proc, _ = processor(procs, lambda ev: handled.append((ev.partition, ev.offset)))
+    first, second = object(), object()
+    proc.assign([TP0], owner=first)
+    proc.assign([TP0], owner=second)  # given to the second before the first hears it lost it
+    assert proc.revoke([TP0], 0.0, owner=first) == {}  # the first's "lost": not the second's state
+    assert proc.submit(batch(0, 0, 3), owner=first) == 0  # the first's stale batch is ignored
+    assert proc.submit(batch(0, 0, 5), owner=second) == 5
+    wait_for(lambda: len(handled) == 5)
+    wait_for(lambda: proc.final_positions([TP0], owner=second) == {TP0: 5})
+    # the first client's position (it fetched further before it was kicked out) skips nothing
+    proc.skip_unseen({TP0: 100}, owner=first)
+    assert proc.final_positions([TP0], owner=second) == {TP0: 5}
+    assert proc.final_positions([TP0], owner=first) == {}
+    proc.skip_unseen({TP0: 7}, owner=second)  # its own client's position does
+    assert proc.final_positions([TP0], owner=second) == {TP0: 7}
+    assert sorted(handled) == [(0, i) for i in range(5)]
+
+
+def test_a_slow_call_on_one_consumers_thread_does_not_hold_the_other_consumer(
+    procs: list[Processor],
+) -> None:
+    release = threading.Event()
+    slow_ran_on: list[str] = []
+    handled: list[int] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"slow":
+            slow_ran_on.append(threading.current_thread().name)
+            release.wait(30)
+        handled.append(ev.partition)
+
+    proc, _ = processor(procs, handle)
+    first, second = object(), object()
+    proc.assign([TP0], owner=first)
+    proc.assign([TP1], owner=second)
+    offset = 0
+    for _ in range(20):  # measured cheap: the first consumer's events now run on its own thread
+        proc.submit(batch(0, offset, 50), owner=first)
+        offset += 50
+    wait_for(lambda: len(handled) == 1000)
+    slow = threading.Thread(
+        target=proc.submit,
+        args=(batch(0, offset, 1, key=b"slow"),),
+        kwargs={"owner": first},
+        name="first-consumer",
+    )
+    slow.start()
+    wait_for(lambda: bool(slow_ran_on))
+    assert slow_ran_on == ["first-consumer"]  # it runs on the first consumer's thread, and blocks it
+    other = threading.Thread(target=proc.submit, args=(batch(1, 0, 10), second))
+    other.start()
+    other.join(10)
+    blocked = other.is_alive()
+    release.set()
+    slow.join(10)
+    other.join(10)
+    assert not blocked  # the second consumer's submit did not wait for the first one's call
+    wait_for(lambda: handled.count(1) == 10)
+
+
+def test_a_handler_with_a_timeout_never_runs_on_the_submitting_thread(procs: list[Processor]) -> None:
+    ran_on: set[int] = set()
+    handled: list[int] = []
+
+    def handle(ev: Event) -> None:
+        ran_on.add(threading.get_ident())
+        handled.append(ev.offset)
+
+    proc, _ = processor(procs, handle, timeout=5.0)
+    proc.assign([TP0])
+    for i in range(20):  # cheap: without a timeout these would run inline
+        proc.submit(batch(0, i * 50, 50, key=None))  # type: ignore[arg-type]
+    wait_for(lambda: len(handled) == 1000)
+    assert threading.get_ident() not in ran_on
+
+
+def test_a_plain_handler_returning_a_coroutine_fails_its_events_instead_of_skipping_them(
+    procs: list[Processor],
+) -> None:
+    ran: list[int] = []
+
+    async def work(ev: Event) -> None:
+        ran.append(ev.offset)
+
+    def hidden(ev: Event) -> Any:  # a decorator that hid the async def
+        return work(ev)
+
+    proc, sink = processor(procs, hidden, retry=Retry(max_attempts=1))
+    assert not proc._handlers["t"].is_async
+    proc.assign([TP0])
+    proc.submit(batch(0, 0, 3))
+    wait_for(lambda: len(sink.sent) == 3)
+    assert ran == []
+    errors = [error for _, error, _, _ in sink.sent]
+    assert all(isinstance(e, TypeError) and "without awaiting it" in str(e) for e in errors)
+    assert proc.final_positions([TP0]) == {TP0: 3}  # dead-lettered, then done: nothing lost
+
+
+def test_an_object_with_an_async_call_is_an_async_handler(procs: list[Processor]) -> None:
+    class Handler:
+        def __init__(self) -> None:
+            self.seen: list[int] = []
+
+        async def __call__(self, ev: Event) -> None:
+            self.seen.append(ev.offset)
+
+    handler = Handler()
+    assert HandlerSpec(topic="t", fn=handler).is_async
+    proc, sink = processor(procs, handler)
+    proc.assign([TP0])
+    proc.submit(batch(0, 0, 4))
+    wait_for(lambda: len(handler.seen) == 4)
+    assert handler.seen == [0, 1, 2, 3] and sink.sent == []

@@ -354,6 +354,7 @@ class App:
         processor = self.processor
         for src in self.sources:
             src.drain()
+        drained = True
         if processor is not None and self.fatal is None:
             drained = processor.drain(self.settings.shutdown_timeout)
             if not drained:
@@ -362,12 +363,14 @@ class App:
                     processor.events_in_memory,
                     self.settings.shutdown_timeout,
                 )
+        # past the drain's deadline nobody waits for running events again (the consumers' closing
+        # revoke, the workers): the exit comes within shutdown_timeout plus the final commits
         for src in self.sources:
-            src.stop()
+            src.stop(revoke_timeout=None if drained else 0.0)
         for src in self.sources:
             src.join(self.settings.revoke_timeout + 10)
         if processor is not None:
-            processor.close()
+            processor.close(timeout=10.0 if drained else 1.0)
         if self._dead_letters is not None:
             self._dead_letters.close()
         if self._server is not None:

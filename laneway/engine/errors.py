@@ -31,8 +31,12 @@ class ConfigError(LanewayError, ValueError):
 class HandlerFailed(LanewayError):
     """An event exhausted its attempts under ``on_failure="halt"``; the cause is chained."""
 
-    def __init__(self, topic: str, partition: int, offset: int, attempts: int) -> None:
-        super().__init__(f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s)")
+    def __init__(
+        self, topic: str, partition: int, offset: int, attempts: int, cause: BaseException | None = None
+    ) -> None:
+        why = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+        super().__init__(f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s){why}")
+        self.__cause__ = cause
         self.topic = topic
         self.partition = partition
         self.offset = offset

@@ -955,7 +955,8 @@ class Processor:
                 self.fatal = error
             self._changed.notify_all()
             self._room.notify_all()
-        logger.error("halting: %s", error)
+        cause = error.__cause__ or error
+        logger.error("halting: %s", error, exc_info=(type(cause), cause, cause.__traceback__))
         if self._on_fatal is not None:
             self._on_fatal(error)
 
@@ -972,9 +973,7 @@ class Processor:
             self._dead_letter(lane, ev, state)
         else:
             self._release(state)
-            failure = HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt)
-            failure.__cause__ = err
-            self._halt(failure)
+            self._halt(HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt, err))
 
     # ------------------------------------------------------------------ workers
 

@@ -159,8 +159,13 @@ class KafkaSource:
         """Stop fetching new records but keep serving the group (for a graceful shutdown)."""
         self._draining.set()
 
-    def stop(self) -> None:
-        """Ask the loop to end: it commits what is safe and closes the consumer; :meth:`join` waits."""
+    def stop(self, *, revoke_timeout: float | None = None) -> None:
+        """Ask the loop to end: it commits what is safe and closes the consumer; :meth:`join` waits.
+
+        ``revoke_timeout`` replaces the wait for running events at the close's revoke (0 after a
+        shutdown drain that timed out: what did not finish then will not finish now)."""
+        if revoke_timeout is not None:
+            self._revoke_timeout = revoke_timeout
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> None:

@@ -8,7 +8,8 @@ name                                type       meaning
 records_consumed_total              counter    records fetched into the engine
 records_processed_total{topic}      counter    handler successes (its rate is the QPS)
 processing_seconds{topic}           histogram  handler time per successful attempt
-handler_failures_total{topic,type}  counter    failed attempts, by exception type
+handler_failures_total{topic,type}  counter    failed attempts, by exception type (a value the
+                                               deserializer rejects counts as one)
 retries_total{topic}                counter    attempts scheduled again after a failure
 dead_letters_total{topic,reason}    counter    records sent to the dead-letter topic
 stuck_handlers_total{topic}         counter    attempts that ran past the handler timeout
@@ -18,12 +19,17 @@ lanes                               gauge      key and partition lanes holding w
                                                (``unordered`` events have none)
 parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
 consumer_lag{topic,partition}       gauge      end offset minus the safe commit position, every
-                                               5 s, per assigned partition
+                                               5 s, per assigned partition once its consumer
+                                               has fetched from it (an idle partition the
+                                               client knows no end of yet has no series:
+                                               ``laneway lag GROUP`` asks the broker)
 rebalances_total{kind}              counter    assign / revoke / lost callbacks
 commits_total{result}               counter    offset commits the broker acknowledged (ok) or
                                                rejected (failed)
 paused_partitions                   gauge      partitions paused by backpressure, all consumers
 ==================================  =========  ==========================================
+
+Each counter also has the ``_created`` series prometheus_client adds (its start time).
 """
 
 from __future__ import annotations

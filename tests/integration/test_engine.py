@@ -349,6 +349,43 @@ def test_committed_position_never_passes_unfinished_work(
     assert committed(kafka_bootstrap, group_id, topic, 1)[0] == 20
 
 
+def test_shutdown_with_a_hung_handler_ends_within_shutdown_timeout_and_commits_what_finished(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """After the drain's shutdown_timeout nobody waits for the hung call again: the closing revoke
+    and the workers' join waited revoke_timeout and 10 s more (50 s at the defaults, past a 30 s
+    kill grace period, which then lost the final commit)."""
+    topic = make_topic(partitions=1)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    produce_keyed(kafka_bootstrap, topic, 20, keys=5)  # offset 0 has key k0
+    release = threading.Event()
+    done: list[int] = []
+    app = App(
+        "hung", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1,
+        shutdown_timeout=2, revoke_timeout=10,
+    )  # fmt: skip
+
+    @app.handler(topic, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            release.wait(60)
+        done.append(ev.offset)
+
+    app.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(done) < 16 and time.monotonic() < deadline:  # every key but k0 finishes
+            time.sleep(0.05)
+        assert 0 not in done and len(done) == 16
+        started = time.monotonic()
+        app.shutdown()
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 2 + 10  # shutdown_timeout, then the commit and close; not another revoke_timeout
+    assert committed(kafka_bootstrap, group_id, topic, 1)[0] <= 0  # held at the hung offset 0
+
+
 def test_two_topics_async_and_thread_handlers_and_null_keys(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:

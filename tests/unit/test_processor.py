@@ -238,6 +238,8 @@ def test_halt_stops_and_holds_the_commit(make: Callable[..., tuple[Processor, Fa
     wait_for(lambda: proc.fatal is not None)
     assert isinstance(proc.fatal, HandlerFailed) and proc.fatal.offset == 2
     assert isinstance(proc.fatal.__cause__, RuntimeError)
+    # what `laneway run` prints says why (it said only where)
+    assert str(proc.fatal) == "handler failed on t[0]@2 after 1 attempt(s): RuntimeError: boom"
     assert sink.sent == []
     assert proc.final_positions() == {("t", 0): 2}
 

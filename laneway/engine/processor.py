@@ -68,6 +68,10 @@ _MAX_CHUNK = 256
 #: a chunk whose handler calls took this long hands its remaining lanes back to the pool (s);
 #: handler time, not wall time: waiting for the GIL is no sign the handler got slower
 _CHUNK_OVERRUN = 0.005
+#: a chunk's call running this long has the chunk's heads not started handed back (s), checked
+#: every _STEAL_TICK: one blocked call must not hold the other keys of its chunk
+_STEAL_AFTER = 0.05
+_STEAL_TICK = 0.02
 
 
 @dataclass(eq=False)
@@ -244,6 +248,9 @@ class Processor:
             started.wait()
         # sync attempts under a timeout, by worker thread: [started, event, timeout, reported]
         self._watched: dict[int, list[Any]] = {}
+        # chunks running, plain and async: [heads not started, start of the current call]
+        self._chunks: dict[int, list[Any]] = {}
+        threading.Thread(target=self._monitor_overruns, name="laneway-overrun", daemon=True).start()
         timeouts = [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         if timeouts:
             tick = max(0.05, min(timeouts) / 4)
@@ -857,23 +864,17 @@ class Processor:
         work[0] = work[0] * _COST_DECAY + seconds
         work[1] = work[1] * _COST_DECAY + events
 
-    def _hand_back(
-        self, heads: list[tuple[_Lane, Event, PartitionState]], ran: int, seconds: float
-    ) -> list[tuple[_Lane, Event, PartitionState]]:
-        """The chunk's handler calls overran its budget (the handler got slower than measured):
-        take their cost as the estimate (strong evidence: the history is dropped), give the
-        heads not yet run back to the pool in chunks of that cost, and return those that ran."""
-        topic = heads[0][0].spec.topic
-        self._work.pop(topic, None)
-        self._learn(topic, ran, seconds)
-        rest = heads[ran:]
+    def _hand_back(self, rest: list[tuple[_Lane, Event, PartitionState]]) -> None:
+        """Give heads taken but not run back to the pool: no longer running, their lanes
+        dispatched again (at the topic's cost estimate as it stands)."""
+        if not rest:
+            return
         with self._lock:
             for _, _, state in rest:
                 state.running -= 1
             if self._waiters:
                 self._changed.notify_all()
         self._dispatch([lane for lane, _, _ in rest])
-        return heads[:ran]
 
     def _continue(self, lanes: list[_Lane]) -> list[_Lane]:
         """Of lanes with more work, those the worker may run next; delayed lanes are re-dispatched
@@ -1008,63 +1009,125 @@ class Processor:
 
     def _run_chunk(self, chunk: list[_Lane]) -> list[_Lane]:
         """Run the head event of each lane in ``chunk`` (plain handlers, this thread); return
-        the lanes that have more to run."""
+        the lanes that have more to run.
+
+        The heads not started yet wait in a deque the overrun monitor may empty
+        (:meth:`_monitor_overruns`): a call that blocks then holds its own lane only, not the
+        chunk's other lanes. Both sides take heads with ``popleft``, atomic, so none runs twice.
+        """
         heads = self._take_heads(chunk)
         if not heads:
             return []
         metrics, perf = self._metrics, time.perf_counter
+        topic = heads[0][0].spec.topic  # a chunk is of one topic
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
         busy = 0.0
         took: list[float] = []  # handler seconds of each success, for the metrics
-        for i, item in enumerate(heads):
-            lane, ev, state = item
-            if busy > _CHUNK_OVERRUN and i:
-                heads = self._hand_back(heads, i, busy)
-                break
-            if self.fatal is not None:
-                self._release(state)
-                continue
-            spec = lane.spec
-            if ev.outputs is not None:
-                ev.outputs = None  # what a failed attempt emitted is discarded
-            watch = None
-            t0 = perf()
-            if spec.timeout is not None:
-                watch = self._watched[threading.get_ident()] = [t0, ev, spec.timeout, False]
-            try:
-                if spec.deserializer is not None and ev.attempt == 1:
-                    ev.payload = _deserialize(spec, ev)
-                if (result := spec.fn(ev)) is not None:
-                    _check_result(result)
-            except BaseException as exc:
-                busy += perf() - t0
-                failed.append((lane, ev, state, exc))
-            else:
-                t1 = perf()
-                busy += t1 - t0
-                took.append(t1 - t0)
-                ok.append(item)
-            if watch is not None:
-                self._watched.pop(threading.get_ident(), None)
-                elapsed = perf() - t0
-                if not watch[3] and elapsed > watch[2]:
-                    metrics.stuck(ev.topic)
-                    logger.warning(
-                        "handler for %s ran %.2fs on %r, past its %.2fs timeout",
-                        ev.topic,
-                        elapsed,
-                        ev,
-                        watch[2],
-                    )
-        else:
-            self._learn(heads[0][0].spec.topic, len(heads), busy)
+        pending = deque(heads)
+        ident = threading.get_ident()
+        guard: list[Any] | None = None
+        if len(heads) > 1:
+            guard = self._chunks[id(pending)] = [pending, perf()]
+        ran = 0
+        overran = False
+        try:
+            while pending:
+                try:
+                    item = pending.popleft()
+                except IndexError:  # taken by the overrun monitor meanwhile
+                    break
+                lane, ev, state = item
+                if busy > _CHUNK_OVERRUN and ran:
+                    pending.appendleft(item)
+                    overran = True
+                    break
+                if self.fatal is not None:
+                    self._release(state)
+                    continue
+                ran += 1
+                spec = lane.spec
+                if ev.outputs is not None:
+                    ev.outputs = None  # what a failed attempt emitted is discarded
+                watch = None
+                t0 = perf()
+                if guard is not None:
+                    guard[1] = t0
+                if spec.timeout is not None:
+                    watch = self._watched[ident] = [t0, ev, spec.timeout, False]
+                try:
+                    if spec.deserializer is not None and ev.attempt == 1:
+                        ev.payload = _deserialize(spec, ev)
+                    if (result := spec.fn(ev)) is not None:
+                        _check_result(result)
+                except BaseException as exc:
+                    busy += perf() - t0
+                    failed.append((lane, ev, state, exc))
+                else:
+                    t1 = perf()
+                    busy += t1 - t0
+                    took.append(t1 - t0)
+                    ok.append(item)
+                if watch is not None:
+                    self._watched.pop(ident, None)
+                    elapsed = perf() - t0
+                    if not watch[3] and elapsed > watch[2]:
+                        metrics.stuck(ev.topic)
+                        logger.warning(
+                            "handler for %s ran %.2fs on %r, past its %.2fs timeout",
+                            ev.topic,
+                            elapsed,
+                            ev,
+                            watch[2],
+                        )
+        finally:
+            if guard is not None:
+                self._chunks.pop(id(pending), None)
+        if busy > _CHUNK_OVERRUN and ran < len(heads):
+            # the calls overran the chunk's budget (the handler got slower than measured), and
+            # heads went back to the pool (here, or taken by the monitor): its cost is the
+            # estimate now (strong evidence: the history is dropped)
+            self._work.pop(topic, None)
+        self._learn(topic, max(1, ran), busy)
+        if overran:
+            self._hand_back(self._take_pending(pending))
         if took:
-            metrics.processed(heads[0][0].spec.topic, took)  # a chunk is of one topic
+            metrics.processed(topic, took)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             self._after(lane, ev, state, err)
         return self._continue(more) if more else more
+
+    @staticmethod
+    def _take_pending(
+        pending: deque[tuple[_Lane, Event, PartitionState]],
+    ) -> list[tuple[_Lane, Event, PartitionState]]:
+        rest = []
+        while True:
+            try:
+                rest.append(pending.popleft())
+            except IndexError:
+                return rest
+
+    def _monitor_overruns(self) -> None:
+        """Hand back the heads a chunk has not started while one of its calls has run past
+        :data:`_STEAL_AFTER`: a usually cheap handler that blocks on one call holds only that
+        call's lane (its chunk-mates went with it before). Handed back, they are dispatched
+        again as :meth:`_run_chunk` would after an overrun."""
+        perf = time.perf_counter
+        while not self._closed:
+            time.sleep(_STEAL_TICK)
+            now = perf()
+            for pending, started in list(self._chunks.values()):
+                if pending and now - started > _STEAL_AFTER:
+                    rest = self._take_pending(pending)
+                    if rest:
+                        logger.debug(
+                            "a call has run %.2fs: %d lane(s) of its chunk handed back",
+                            now - started,
+                            len(rest),
+                        )
+                        self._hand_back(rest)
 
     def _watchdog(self, tick: float) -> None:
         """Report plain handlers running past their timeout while they run (a thread cannot be
@@ -1124,60 +1187,83 @@ class Processor:
                 chunk = more
 
     async def _arun_chunk(self, chunk: list[_Lane]) -> list[_Lane]:
-        """:meth:`_run_chunk` for ``async def`` handlers, on the event loop."""
+        """:meth:`_run_chunk` for ``async def`` handlers, on the event loop (the overrun monitor
+        takes back the heads not started while one awaits past :data:`_STEAL_AFTER`)."""
         heads = self._take_heads(chunk)
         if not heads:
             return []
         metrics, perf = self._metrics, time.perf_counter
+        topic = heads[0][0].spec.topic
         ok: list[tuple[_Lane, Event, PartitionState]] = []
         failed: list[tuple[_Lane, Event, PartitionState, BaseException]] = []
         busy = 0.0
         took: list[float] = []  # handler seconds of each success, for the metrics
-        for i, item in enumerate(heads):
-            lane, ev, state = item
-            if busy > _CHUNK_OVERRUN and i:
-                heads = self._hand_back(heads, i, busy)
-                break
-            if self.fatal is not None:
-                self._release(state)
-                continue
-            spec = lane.spec
-            if ev.outputs is not None:
-                ev.outputs = None
-            t0 = perf()
-            err: BaseException | None = None
-            try:
-                if spec.deserializer is not None and ev.attempt == 1:
-                    ev.payload = _deserialize(spec, ev)
-                if spec.timeout is None:
-                    await spec.fn(ev)
-                else:
-                    # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
-                    # another, whose KeyboardInterrupt/SystemExit escape the loop)
-                    async with asyncio.timeout(spec.timeout):
+        pending = deque(heads)
+        guard: list[Any] | None = None
+        if len(heads) > 1:
+            guard = self._chunks[id(pending)] = [pending, perf()]
+        ran = 0
+        overran = False
+        try:
+            while pending:
+                try:
+                    item = pending.popleft()
+                except IndexError:  # taken by the overrun monitor meanwhile
+                    break
+                lane, ev, state = item
+                if busy > _CHUNK_OVERRUN and ran:
+                    pending.appendleft(item)
+                    overran = True
+                    break
+                if self.fatal is not None:
+                    self._release(state)
+                    continue
+                ran += 1
+                spec = lane.spec
+                if ev.outputs is not None:
+                    ev.outputs = None
+                t0 = perf()
+                if guard is not None:
+                    guard[1] = t0
+                err: BaseException | None = None
+                try:
+                    if spec.deserializer is not None and ev.attempt == 1:
+                        ev.payload = _deserialize(spec, ev)
+                    if spec.timeout is None:
                         await spec.fn(ev)
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # this worker is being cancelled
-                err = exc  # the handler's own CancelledError: a failure like any other
-            except TimeoutError as exc:
-                metrics.stuck(ev.topic)
-                err = exc
-                logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
-            except BaseException as exc:
-                err = exc
-            t1 = perf()
-            busy += t1 - t0
-            if err is None:
-                took.append(t1 - t0)
-                ok.append(item)
-            else:
-                failed.append((lane, ev, state, err))
-        else:
-            self._learn(heads[0][0].spec.topic, len(heads), busy)
+                    else:
+                        # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
+                        # another, whose KeyboardInterrupt/SystemExit escape the loop)
+                        async with asyncio.timeout(spec.timeout):
+                            await spec.fn(ev)
+                except asyncio.CancelledError as exc:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # this worker is being cancelled
+                    err = exc  # the handler's own CancelledError: a failure like any other
+                except TimeoutError as exc:
+                    metrics.stuck(ev.topic)
+                    err = exc
+                    logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
+                except BaseException as exc:
+                    err = exc
+                t1 = perf()
+                busy += t1 - t0
+                if err is None:
+                    took.append(t1 - t0)
+                    ok.append(item)
+                else:
+                    failed.append((lane, ev, state, err))
+        finally:
+            if guard is not None:
+                self._chunks.pop(id(pending), None)
+        if busy > _CHUNK_OVERRUN and ran < len(heads):  # as in _run_chunk
+            self._work.pop(topic, None)
+        self._learn(topic, max(1, ran), busy)
+        if overran:
+            self._hand_back(self._take_pending(pending))
         if took:
-            metrics.processed(heads[0][0].spec.topic, took)
+            metrics.processed(topic, took)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             if self._needs_thread(lane, ev, err):

@@ -4,6 +4,7 @@ plain handlers that return a coroutine, async callable objects."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -157,3 +158,53 @@ def test_an_object_with_an_async_call_is_an_async_handler(procs: list[Processor]
     proc.submit(batch(0, 0, 4))
     wait_for(lambda: len(handler.seen) == 4)
     assert handler.seen == [0, 1, 2, 3] and sink.sent == []
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_one_blocked_call_holds_only_its_own_key_not_its_chunk_mates(
+    procs: list[Processor], kind: str
+) -> None:
+    """A cheap handler's lanes run in chunks, one worker each; a call that blocks used to hold every
+    lane of its chunk (up to hundreds of other keys) until it returned."""
+    release = threading.Event()
+    handled: list[bytes] = []
+    blocked: list[bool] = []
+
+    if kind == "plain":
+
+        def handle(ev: Event) -> None:
+            if ev.key == b"slow":
+                blocked.append(True)
+                release.wait(30)
+            handled.append(ev.key or b"")
+
+        fn: Callable[[Event], Any] = handle
+    else:
+
+        async def ahandle(ev: Event) -> None:
+            if ev.key == b"slow":
+                blocked.append(True)
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
+            handled.append(ev.key or b"")
+
+        fn = ahandle
+
+    # a timeout keeps the plain handler off the submitting thread: its lanes go to workers in chunks
+    proc, _ = processor(procs, fn, timeout=60.0)
+    proc.assign([TP0])
+    offset = 0
+    for _ in range(10):  # measured cheap: chunks of many lanes
+        proc.submit([Event("t", 0, offset + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
+        offset += 200
+    wait_for(lambda: len(handled) == 2000)
+    keys = [b"slow"] + [f"k{i}".encode() for i in range(99)]
+    proc.submit([Event("t", 0, offset + i, key, b"v", size=1) for i, key in enumerate(keys)])
+    try:
+        wait_for(lambda: bool(blocked))
+        wait_for(lambda: len(handled) == 2099, timeout=10)  # all but the blocked key, meanwhile
+        assert b"slow" not in handled[2000:]
+    finally:
+        release.set()
+    wait_for(lambda: len(handled) == 2100)
+    assert proc.final_positions([TP0]) == {TP0: offset + 100}

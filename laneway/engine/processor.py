@@ -493,11 +493,14 @@ class Processor:
                 state.running -= 1
         return more, failed
 
-    def positions(self) -> dict[TopicPartition, int]:
-        """Commit positions that moved since the last call, per assigned partition."""
+    def positions(self, owner: object = None) -> dict[TopicPartition, int]:
+        """Commit positions that moved since the last call, per partition assigned to ``owner``
+        (each consumer commits its own partitions)."""
         out: dict[TopicPartition, int] = {}
         with self._lock:
             for tp, state in self._states.items():
+                if state.owner is not owner:
+                    continue
                 pos = state.tracker.to_commit()
                 if pos is not None:
                     out[tp] = pos

@@ -244,9 +244,9 @@ class KafkaSource:
                 self._skip_unseen()
                 if self._recommit:  # an asynchronous commit failed: send every position again
                     self._recommit = False
-                    self._commit(processor.final_positions(self._assigned), asynchronous=True)
+                    self._commit(processor.final_positions(self._assigned, owner=self), asynchronous=True)
                 else:
-                    self._commit(processor.positions(), asynchronous=True)
+                    self._commit(processor.positions(owner=self), asynchronous=True)
                 next_commit = now + self._commit_interval
             if now >= next_lag:
                 self._report_lag()

@@ -54,6 +54,8 @@ def test_a_partition_another_consumer_took_is_not_dropped_fed_or_skipped_by_the_
     assert proc.submit(batch(0, 0, 5), owner=second) == 5
     wait_for(lambda: len(handled) == 5)
     wait_for(lambda: proc.final_positions([TP0], owner=second) == {TP0: 5})
+    assert proc.positions(owner=first) == {}  # each consumer commits its own partitions only
+    assert proc.positions(owner=second) == {TP0: 5}
     # the first client's position (it fetched further before it was kicked out) skips nothing
     proc.skip_unseen({TP0: 100}, owner=first)
     assert proc.final_positions([TP0], owner=second) == {TP0: 5}

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -314,30 +315,39 @@ def test_bad_configuration_fails_at_start_naming_the_field(
     assert time.monotonic() - t0 < 15
 
 
-def test_committed_position_never_passes_unfinished_work(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
-) -> None:
-    """A stuck record on one key holds its partition's commit while later offsets finish."""
+def _app_stuck_on_offset_zero(
+    bootstrap: str, make_topic: TopicFactory, group_id: str, **options: Any
+) -> tuple[App, str, threading.Event]:
+    """An app over 20 records of 5 keys whose handler blocks on offset 0 (key k0) until released,
+    started, once every other key's records (16) have finished."""
     topic = make_topic(partitions=1)
     dlq = make_topic(partitions=1, prefix="dlq")
-    produce_keyed(kafka_bootstrap, topic, 20, keys=5)  # offset 0 has key k0
+    produce_keyed(bootstrap, topic, 20, keys=5)  # offset 0 has key k0
     release = threading.Event()
     done: list[int] = []
-    app = App("hold", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App("hold", bootstrap_servers=bootstrap, group_id=group_id, commit_interval=0.1, **options)
 
     @app.handler(topic, dead_letter_topic=dlq)
     def handle(ev: Event) -> None:
         if ev.offset == 0:
-            release.wait(20)
+            release.wait(60)
         done.append(ev.offset)
 
     app.start()
+    deadline = time.monotonic() + 30
+    while len(done) < 16 and time.monotonic() < deadline:  # every key but k0 finishes
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert 0 not in done and len(done) == 16
+    return app, topic, release
+
+
+def test_committed_position_never_passes_unfinished_work(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """A stuck record on one key holds its partition's commit while later offsets finish."""
+    app, topic, release = _app_stuck_on_offset_zero(kafka_bootstrap, make_topic, group_id)
     try:
-        deadline = time.monotonic() + 30
-        while len(done) < 16 and time.monotonic() < deadline:  # every key but k0 finishes
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert 0 not in done and len(done) == 16
         assert committed(kafka_bootstrap, group_id, topic, 1)[0] <= 0  # held at offset 0
         release.set()
         deadline = time.monotonic() + 30
@@ -355,28 +365,10 @@ def test_shutdown_with_a_hung_handler_ends_within_shutdown_timeout_and_commits_w
     """After the drain's shutdown_timeout nobody waits for the hung call again: the closing revoke
     and the workers' join waited revoke_timeout and 10 s more (50 s at the defaults, past a 30 s
     kill grace period, which then lost the final commit)."""
-    topic = make_topic(partitions=1)
-    dlq = make_topic(partitions=1, prefix="dlq")
-    produce_keyed(kafka_bootstrap, topic, 20, keys=5)  # offset 0 has key k0
-    release = threading.Event()
-    done: list[int] = []
-    app = App(
-        "hung", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1,
-        shutdown_timeout=2, revoke_timeout=10,
-    )  # fmt: skip
-
-    @app.handler(topic, dead_letter_topic=dlq)
-    def handle(ev: Event) -> None:
-        if ev.offset == 0:
-            release.wait(60)
-        done.append(ev.offset)
-
-    app.start()
+    app, topic, release = _app_stuck_on_offset_zero(
+        kafka_bootstrap, make_topic, group_id, shutdown_timeout=2, revoke_timeout=10
+    )
     try:
-        deadline = time.monotonic() + 30
-        while len(done) < 16 and time.monotonic() < deadline:  # every key but k0 finishes
-            time.sleep(0.05)
-        assert 0 not in done and len(done) == 16
         started = time.monotonic()
         app.shutdown()
         took = time.monotonic() - started

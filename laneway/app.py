@@ -334,6 +334,12 @@ class App:
         if self.processor is not None and (problem := self.processor.alive()):
             return problem
         now = time.monotonic()
+        beat = self.processor.loop_heartbeat if self.processor is not None else None
+        if beat is not None and now - beat > self.settings.stall_timeout:
+            return (
+                f"the asyncio worker loop has not run for {now - beat:.0f}s "
+                "(an async def handler blocking it: a time.sleep, a blocking client call)"
+            )
         for src in self.sources:
             if not src.alive:
                 return "a consumer thread has stopped"

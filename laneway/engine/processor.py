@@ -233,6 +233,9 @@ class Processor:
         self._idle: list[None] = []
         self._spawn_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: when the asyncio pool's loop last ran its half-second beat (None without async handlers):
+        #: an ``async def`` handler that blocks (a time.sleep in it) stops the loop and this with it
+        self.loop_heartbeat: float | None = None
         self._aready: asyncio.Queue[list[_Lane] | None] | None = None
         #: chunks the async workers have started: a worker that finds it moved during its own
         #: chunk was suspended meanwhile (one loop thread runs them all; see _async_worker)
@@ -1159,6 +1162,13 @@ class Processor:
         self._loop_ident = threading.get_ident()
         self._aready = asyncio.Queue()
         workers = [loop.create_task(self._async_worker()) for _ in range(self._concurrency)]
+
+        def beat() -> None:
+            self.loop_heartbeat = time.monotonic()
+            if not self._closed:
+                loop.call_later(0.5, beat)
+
+        beat()
         started.set()
         try:
             loop.run_until_complete(asyncio.gather(*workers))

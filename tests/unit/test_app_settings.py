@@ -125,3 +125,41 @@ def test_backpressure_must_be_a_backpressure() -> None:
     with pytest.raises(ConfigError) as info:
         App("a", bootstrap_servers="127.0.0.1:9092", backpressure={"max_events": 10})  # type: ignore[arg-type]
     assert info.value.field == "backpressure"
+
+
+def test_health_names_an_event_loop_an_async_handler_blocks() -> None:
+    """An ``async def`` handler calling time.sleep stops the asyncio pool's loop: processing stops
+    and /healthz said 200 (reported by a review)."""
+    import threading
+    import time
+
+    from laneway import Event
+    from laneway.engine.handlers import HandlerSpec
+    from laneway.engine.processor import Processor
+    from tests.unit.test_processor import FakeDeadLetters, wait_for
+
+    release = threading.Event()
+    started = threading.Event()
+
+    async def handle(ev: Event) -> None:
+        started.set()
+        release.wait(10)  # blocks the loop, as a time.sleep would
+
+    app = App("a", bootstrap_servers="127.0.0.1:9092", stall_timeout=0.3)
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, dead_letters=FakeDeadLetters())
+    app.processor = proc
+    try:
+        proc.assign([("t", 0)])
+        wait_for(lambda: proc.loop_heartbeat is not None)
+        assert app.health() is None
+        proc.submit([Event("t", 0, 0, b"k", b"v")])
+        assert started.wait(5)
+        wait_for(lambda: app.health() is not None)
+        assert "asyncio worker loop has not run" in (app.health() or "")
+        release.set()
+        wait_for(lambda: app.health() is None)
+        time.sleep(0.1)
+        assert app.health() is None
+    finally:
+        release.set()
+        proc.close()

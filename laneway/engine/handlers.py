@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from laneway.engine.errors import ConfigError
 from laneway.engine.events import Event
-from laneway.engine.policies import Delay, OnFailure, Ordering, Retry
+from laneway.engine.policies import Delay, OnFailure, Ordering, Retry, is_number
 
 __all__ = ["DeadLetterSink", "HandlerFn", "HandlerSpec"]
 
@@ -66,7 +66,9 @@ class HandlerSpec:
             raise ConfigError("ordering", f"must be key, partition or unordered, got {self.ordering!r}")
         if self.on_failure not in ("dead_letter", "halt"):
             raise ConfigError("on_failure", f"must be dead_letter or halt, got {self.on_failure!r}")
-        if self.timeout is not None and not _positive(self.timeout):
+        if self.timeout is not None and not (
+            is_number(self.timeout) and math.isfinite(self.timeout) and self.timeout > 0
+        ):
             raise ConfigError("timeout", f"must be a number of seconds > 0, got {self.timeout!r}")
         if not callable(self.fn):
             raise ConfigError("handler", f"{self.fn!r} is not callable")
@@ -74,10 +76,3 @@ class HandlerSpec:
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"{self.topic}.dlq"
-
-
-def _positive(value: object) -> bool:
-    """A finite number > 0 (not a bool, not NaN)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )

@@ -22,7 +22,7 @@ Ordering = Literal["key", "partition", "unordered"]
 OnFailure = Literal["dead_letter", "halt"]
 
 
-def _number(value: object) -> bool:
+def is_number(value: object) -> bool:
     """An int or float, not a bool, not NaN (infinities are left to the caller)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
 
@@ -52,7 +52,7 @@ class Retry:
             raise ConfigError("retry.max_attempts", f"must be a whole number >= 1, got {self.max_attempts!r}")
         for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
             value = getattr(self, name)
-            if not _number(value) or (name != "max_backoff" and not math.isfinite(value)):
+            if not is_number(value) or (name != "max_backoff" and not math.isfinite(value)):
                 raise ConfigError(f"retry.{name}", f"must be a number, got {value!r}")
         if self.initial_backoff < 0:
             raise ConfigError("retry.initial_backoff", f"must be >= 0, got {self.initial_backoff}")
@@ -87,7 +87,7 @@ class Delay:
     seconds: float
 
     def __post_init__(self) -> None:
-        if not _number(self.seconds) or not math.isfinite(self.seconds) or self.seconds < 0:
+        if not is_number(self.seconds) or not math.isfinite(self.seconds) or self.seconds < 0:
             raise ConfigError("delay.seconds", f"must be a number of seconds >= 0, got {self.seconds!r}")
 
 

@@ -1036,7 +1036,6 @@ class Processor:
         if len(heads) > 1:
             guard = self._chunks[id(pending)] = [pending, perf()]
         ran = 0
-        overran = False
         try:
             while pending:
                 try:
@@ -1045,8 +1044,7 @@ class Processor:
                     break
                 lane, ev, state = item
                 if busy > _CHUNK_OVERRUN and ran:
-                    pending.appendleft(item)
-                    overran = True
+                    pending.appendleft(item)  # left for _end_chunk to hand back
                     break
                 if self.fatal is not None:
                     self._release(state)
@@ -1089,20 +1087,32 @@ class Processor:
         finally:
             if guard is not None:
                 self._chunks.pop(id(pending), None)
-        if busy > _CHUNK_OVERRUN and ran < len(heads):
-            # the calls overran the chunk's budget (the handler got slower than measured), and
-            # heads went back to the pool (here, or taken by the monitor): its cost is the
-            # estimate now (strong evidence: the history is dropped)
-            self._work.pop(topic, None)
-        self._learn(topic, max(1, ran), busy)
-        if overran:
-            self._hand_back(self._take_pending(pending))
+        self._end_chunk(topic, len(heads), pending, ran, busy)
         if took:
             metrics.processed(topic, took)
         more = self._finish(ok) if ok else []
         for lane, ev, state, err in failed:
             self._after(lane, ev, state, err)
         return self._continue(more) if more else more
+
+    def _end_chunk(
+        self,
+        topic: str,
+        heads: int,
+        pending: deque[tuple[_Lane, Event, PartitionState]],
+        ran: int,
+        busy: float,
+    ) -> None:
+        """After a chunk of ``heads`` ran ``ran`` of them in ``busy`` handler seconds: learn the
+        cost, and give back what an overrun left in ``pending``. When the calls overran the
+        chunk's budget (the handler got slower than measured) and heads went back to the pool
+        (here, or taken by the monitor), their cost is the estimate now (strong evidence: the
+        history is dropped)."""
+        if busy > _CHUNK_OVERRUN and ran < heads:
+            self._work.pop(topic, None)
+        self._learn(topic, max(1, ran), busy)
+        if pending:
+            self._hand_back(self._take_pending(pending))
 
     @staticmethod
     def _take_pending(
@@ -1216,7 +1226,6 @@ class Processor:
         if len(heads) > 1:
             guard = self._chunks[id(pending)] = [pending, perf()]
         ran = 0
-        overran = False
         try:
             while pending:
                 try:
@@ -1225,8 +1234,7 @@ class Processor:
                     break
                 lane, ev, state = item
                 if busy > _CHUNK_OVERRUN and ran:
-                    pending.appendleft(item)
-                    overran = True
+                    pending.appendleft(item)  # left for _end_chunk to hand back
                     break
                 if self.fatal is not None:
                     self._release(state)
@@ -1270,11 +1278,7 @@ class Processor:
         finally:
             if guard is not None:
                 self._chunks.pop(id(pending), None)
-        if busy > _CHUNK_OVERRUN and ran < len(heads):  # as in _run_chunk
-            self._work.pop(topic, None)
-        self._learn(topic, max(1, ran), busy)
-        if overran:
-            self._hand_back(self._take_pending(pending))
+        self._end_chunk(topic, len(heads), pending, ran, busy)
         if took:
             metrics.processed(topic, took)
         more = self._finish(ok) if ok else []

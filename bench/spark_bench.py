@@ -30,6 +30,14 @@ the backlog part alone at several sizes (records/entities/maxOffsetsPerTrigger),
 side in one session, and prints per size each contender's median records/s, its ratio to the
 append, Spark jobs and processes started per micro-batch, and (Linux) the JVM's CPU seconds by
 kind of thread: Spark tasks, the JIT compilers, garbage collection, the rest (driver, scheduler).
+
+``sweep --floor`` adds a contender, ``floor``: a lower bound for any pipeline that keeps the
+three tables. Per micro-batch it does what every such design must and nothing more: the
+pipeline's own read (parse, partition by entity, persist), its newest-version-per-entity
+aggregate, and three blind appends side by side: the batch's rows to a history table, the
+newest rows to an entities table, the newest lineage rows to an edges table. No table is read,
+nothing is merged or deduplicated, so its tables are not correct: only its speed is compared.
+Checked: the history table holds every record once.
 """
 
 from __future__ import annotations
@@ -85,6 +93,8 @@ def _backlog_spec(
 
 #: the plain appends: Spark's Kafka source at its defaults, and with the pipeline's source options
 APPENDS = ("append", "append-tuned")
+#: the lower bound of a pipeline keeping the three tables (module docstring; ``sweep --floor``)
+FLOOR = "floor"
 
 
 def contenders() -> list[str]:
@@ -493,6 +503,14 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
             notes.append(f"entities {e_rows} rows (expected {spec['entities']}), version sum off")
         if quarantined:
             notes.append(f"{quarantined} quarantined")
+    elif name == FLOOR:
+        batches = _floor(session, spec, base)
+        wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
+        jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
+        rows = session.read.format("delta").load(schema.table_path(base, "entity_history")).count()
+        r.update(records=rows, batches=batches)
+        if rows != n:
+            notes.append(f"history {rows} rows, expected {n}")
     else:
         path = str(base / "raw")
         commits = _append(session, spec, path, str(base) + "-checkpoint", options=_source_options(name))
@@ -543,6 +561,69 @@ def _run_backlog_pipeline(session: Any, spec: dict[str, Any], name: str, base: P
         )
 
 
+def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
+    """The ``floor`` contender over the backlog, available-now (module docstring); its batches."""
+    from datetime import UTC, datetime
+
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from laneway.spark import pipeline, schema
+
+    paths = {t: schema.table_path(base, t) for t in schema.TABLES}
+    batches = []
+
+    def write(df: Any, batch_id: int) -> None:
+        parsed = (
+            pipeline._parse(df, datetime.now(UTC))
+            .repartition(pipeline._cores(df.sparkSession), F.col("entity_id"))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        parsed.count()
+        valid = parsed.where(F.col("reason").isNull()).select(
+            *(name for name, _ in schema.RECORD_FIELDS), "kafka_partition", "kafka_offset", "landed_at"
+        )
+        latest = pipeline._latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
+        edges = latest.where(F.col("entity_type") == "lineage").select(
+            F.col("entity_id").alias("edge_id"), "source_id", "target_id", "version"
+        )
+        writes = {
+            "history": (valid, schema.ENTITY_HISTORY),
+            "entities": (latest, schema.ENTITIES),
+            "lineage": (edges, schema.LINEAGE_EDGES),
+        }
+        try:
+            pipeline._run_concurrently(
+                df.sparkSession,
+                {
+                    name: functools.partial(rows.write.format("delta").mode("append").save, paths[table])
+                    for name, (rows, table) in writes.items()
+                },
+            )
+        finally:
+            latest.unpersist()
+            parsed.unpersist()
+        batches.append(batch_id)
+
+    query = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", spec["bootstrap"])
+        .option("subscribe", spec["topic"])
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(spec["max_offsets_per_trigger"]))
+        .options(**pipeline.SOURCE_DEFAULTS)
+        .load()
+        .writeStream.option("checkpointLocation", str(base) + "-checkpoint")
+        .foreachBatch(write)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return len(batches)
+
+
 def _warm_up(session: Any, spec: dict[str, Any], name: str, base: Path) -> None:
     """Run ``name`` once over the topic, untimed.
 
@@ -552,7 +633,9 @@ def _warm_up(session: Any, spec: dict[str, Any], name: str, base: Path) -> None:
     contender timed first paid for the whole JVM warm-up alone.
     """
 
-    if name not in APPENDS:
+    if name == FLOOR:
+        _floor(session, spec, base)
+    elif name not in APPENDS:
         _run_backlog_pipeline(session, spec, name, base)
     else:
         _append(session, spec, str(base / "raw"), str(base) + "-checkpoint", options=_source_options(name))
@@ -658,7 +741,9 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
-def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> dict[str, Any]:
+def sweep(
+    bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int, *, floor: bool = False
+) -> dict[str, Any]:
     """The backlog runs at several sizes in one session (``python -m bench.spark_bench sweep``).
 
     Each size is (records, entities, maxOffsetsPerTrigger), on its own pre-produced topic.
@@ -677,7 +762,7 @@ def sweep(bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int) -> di
         print(f"produced {n:,} records over {len(versions):,} entities on {topic}", flush=True)
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))
-    names = contenders()
+    names = [*contenders(), FLOOR] if floor else contenders()
     out: dict[str, Any] = {"sizes": [], "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
         for name in names:
@@ -770,11 +855,14 @@ def _sweep_main(argv: list[str]) -> int:
     parser.add_argument("sizes", nargs="+", help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument(
+        "--floor", action="store_true", help="add the floor contender (three blind appends: module docstring)"
+    )
     args = parse(parser, argv)
     sizes = [tuple(int(x) for x in size.split("/")) for size in args.sizes]
     if any(len(size) != 3 for size in sizes):
         parser.error("each size is RECORDS/ENTITIES/PER_TRIGGER")
-    out = sweep(args.bootstrap, sizes, args.repeats)  # type: ignore[arg-type]
+    out = sweep(args.bootstrap, sizes, args.repeats, floor=args.floor)  # type: ignore[arg-type]
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0 if all(not r["notes"] for size in out["sizes"] for r in size["runs"]) else 1

@@ -950,7 +950,7 @@ class Processor:
             lane.spec.dlq_topic,
             ev.attempt,
             type(cause).__name__,
-            cause,
+            _cut(str(cause)),  # whole in the dead letter's headers
         )
         more = self._finish([(lane, ev, state)])
         if more:
@@ -1346,6 +1346,11 @@ def _deserialize(spec: HandlerSpec, ev: Event) -> object:
         return spec.deserializer(ev.value)
     except Exception as exc:
         raise _Undeserializable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    """``text`` for a log line: at most ``limit`` characters, and says so when cut."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def format_error(error: BaseException) -> str:

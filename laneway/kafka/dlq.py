@@ -1,4 +1,14 @@
-"""The dead-letter writer: an idempotent producer that blocks until the record is durable."""
+"""The dead-letter writer: an idempotent producer that blocks until the record is durable.
+
+A dead letter is the original record (key, value, headers) plus Laneway's error headers, so it
+is larger than the record it copies. When a record near the size limit (the producer's
+``message.max.bytes``, the topic's ``max.message.bytes``) fails, the whole copy does not fit:
+the letter is sent again without the traceback, then also without the value and the original
+record's headers, and says so in ``laneway.dropped``. The ``laneway.original.*`` headers always
+say where the original is; ``laneway dlq redrive`` reads a dropped value from there. Without
+this, such a record could not be dead-lettered at all: its partition stopped on it, at every
+restart.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ import logging
 import threading
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from laneway.engine.errors import DeadLetterError
 from laneway.engine.events import Event
@@ -19,15 +29,20 @@ __all__ = ["KafkaDeadLetters", "dead_letter_headers"]
 logger = logging.getLogger(__name__)
 
 _MAX_TRACEBACK = 8000
+#: the error message kept in a letter that had to leave its traceback out
+_SHORT_MESSAGE = 500
+#: the error codes of a record over the producer's or the broker's size limit
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+_Header = tuple[str, str | bytes | None]
 
 
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def dead_letter_headers(
-    event: Event, error: BaseException, reason: str
-) -> list[tuple[str, str | bytes | None]]:
+def dead_letter_headers(event: Event, error: BaseException, reason: str) -> list[_Header]:
     """The original headers followed by Laneway's (see :mod:`laneway.kafka.headers`)."""
     ours = {
         h.ORIGINAL_TOPIC: event.topic,
@@ -43,10 +58,38 @@ def dead_letter_headers(
         h.FIRST_FAILURE: _iso(event.first_failure),
         h.LAST_FAILURE: _iso(event.last_failure),
     }
-    original: list[tuple[str, str | bytes | None]] = [
-        (k, v) for k, v in (event.headers or []) if not k.startswith("laneway.")
-    ]
+    original: list[_Header] = [(k, v) for k, v in (event.headers or []) if not k.startswith("laneway.")]
     return original + [(k, v.encode()) for k, v in ours.items()]
+
+
+def _lighter(
+    event: Event, error: BaseException, reason: str, level: int
+) -> tuple[bytes | None, list[_Header]]:
+    """The value and headers of the dead letter at ``level``: 0 whole, 1 without the traceback,
+    2 also without the value and the original record's headers (module docstring)."""
+    headers = dead_letter_headers(event, error, reason)
+    if level == 0:
+        return event.value, headers
+    dropped = ["traceback"]
+    lighter: list[_Header] = []
+    for name, value in headers:
+        if name == h.TRACEBACK:
+            continue
+        if name == h.ERROR_MESSAGE:
+            value = str(error)[:_SHORT_MESSAGE].encode()
+        if level >= 2 and not name.startswith("laneway."):
+            continue
+        lighter.append((name, value))
+    if level >= 2:
+        dropped.append("value")
+        if any(not name.startswith("laneway.") for name, _ in headers):
+            dropped.append("headers")
+    lighter.append((h.DROPPED, ",".join(dropped).encode()))
+    return (None if level >= 2 else event.value), lighter
+
+
+class _TooLarge(Exception):
+    """The letter is over a size limit (the producer's or the broker's)."""
 
 
 class KafkaDeadLetters:
@@ -59,6 +102,22 @@ class KafkaDeadLetters:
         self._lock = threading.Lock()
 
     def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
+        for level in range(3):
+            value, headers = _lighter(event, error, reason, level)
+            try:
+                self._send(topic, event.key, value, headers)
+            except _TooLarge as exc:
+                if level == 2:
+                    raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
+                logger.warning(
+                    "the dead letter of %s/%d/%d is too large for %s (%s): sending it without its %s",
+                    *(event.topic, event.partition, event.offset, topic, exc),
+                    "traceback" if level == 0 else "value and original headers",
+                )
+                continue
+            return
+
+    def _send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[_Header]) -> None:
         producer = self._producer
         if producer is None:
             raise DeadLetterError("the dead-letter producer is closed")
@@ -71,14 +130,12 @@ class KafkaDeadLetters:
 
         with self._lock:
             try:
-                producer.produce(
-                    topic,
-                    key=event.key,
-                    value=event.value,
-                    headers=dead_letter_headers(event, error, reason),
-                    on_delivery=delivered,
-                )
-            except Exception as exc:  # BufferError, KafkaException: unknown topic, too large
+                producer.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered)
+            except KafkaException as exc:
+                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in _TOO_LARGE:
+                    raise _TooLarge(str(exc)) from exc
+                raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
+            except Exception as exc:  # BufferError: unknown topic
                 raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
         remaining = self._timeout
         while not done.is_set() and remaining > 0:
@@ -86,8 +143,11 @@ class KafkaDeadLetters:
             remaining -= 0.1
         if not done.is_set():
             raise DeadLetterError(f"no acknowledgement from {topic} within {self._timeout:.0f}s")
-        if outcome[0] is not None:
-            raise DeadLetterError(f"{topic} refused the dead letter: {outcome[0]}")
+        err = outcome[0]
+        if err is not None:
+            if err.code() in _TOO_LARGE:
+                raise _TooLarge(str(err))
+            raise DeadLetterError(f"{topic} refused the dead letter: {err}")
 
     def close(self) -> None:
         if self._producer is not None:

@@ -10,6 +10,10 @@ redrive skips what the ledger names: a redrive is never done twice by accident
 (``force=True`` overrides). Re-sent records keep their key, value and non-Laneway
 headers, lose the ``laneway.*`` error headers and carry ``laneway.redrive.id``; sent back
 to their original topic, they go to their original partition (see :func:`redrive`).
+A dead letter that had to leave its value out (``laneway.dropped``: the record was near the
+size limit, ``laneway.kafka.dlq``) is re-sent with the original record's value and headers,
+read from its original topic, partition and offset; when that record is no longer there
+(retention), the redrive stops before sending anything and names it.
 
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
@@ -90,6 +94,11 @@ class DeadLetter:
     @property
     def original_topic(self) -> str | None:
         return self.info.get(h.ORIGINAL_TOPIC) or None
+
+    @property
+    def value_dropped(self) -> bool:
+        """Whether the dead letter left the original value out (``laneway.dropped``)."""
+        return "value" in self.info.get(h.DROPPED, "").split(",")
 
     @property
     def original_position(self) -> str:
@@ -313,6 +322,69 @@ class RedriveReport:
     skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
 
 
+def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 30.0) -> dict[str, DeadLetter]:
+    """For each letter that left its value out, the original record, read from where its
+    ``laneway.original.*`` headers say, as a letter with the original value and headers (and
+    the letter's own ``laneway.*`` headers), by the letter's ledger key. Raises
+    :class:`RedriveError` naming the first one that cannot be read."""
+    wanted = [x for x in letters if x.value_dropped]
+    if not wanted:
+        return {}
+    consumer = confluent_kafka.Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            },
+        )
+    )
+    out: dict[str, DeadLetter] = {}
+    try:
+        for letter in wanted:
+            where = letter.original_position
+            try:
+                tp = TopicPartition(
+                    letter.original_topic or "",
+                    int(letter.info[h.ORIGINAL_PARTITION]),
+                    int(letter.info[h.ORIGINAL_OFFSET]),
+                )
+            except (KeyError, ValueError) as exc:
+                raise RedriveError(
+                    f"{letter.ledger_key} left its value out and does not say where it came from"
+                ) from exc
+            low, _high = consumer.get_watermark_offsets(tp, timeout=10)
+            if tp.offset < low:
+                raise RedriveError(
+                    f"{letter.ledger_key} left its value out and the original record {where} is gone "
+                    f"(the topic now starts at offset {low}): nothing was sent"
+                )
+            consumer.assign([tp])
+            deadline = time.monotonic() + timeout
+            msg = None
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None and msg.offset() == tp.offset:
+                    break
+                msg = None
+            if msg is None:
+                raise RedriveError(
+                    f"{letter.ledger_key} left its value out and the original record {where} could not be "
+                    f"read within {timeout:g}s: nothing was sent"
+                )
+            ours = tuple((k, v) for k, v in letter.headers if k.startswith("laneway."))
+            raw = tuple(_header(item) for item in (msg.headers() or ()))
+            out[letter.ledger_key] = DeadLetter(
+                *(letter.topic, letter.partition, letter.offset, letter.key, msg.value(), letter.timestamp),
+                raw + ours,
+                letter.info,
+            )
+    finally:
+        consumer.close()
+    return out
+
+
 def _targets(admin: AdminClient, letters: Sequence[DeadLetter], to: str | None) -> dict[str, int]:
     """Each distinct target topic and its partition count; raise for a missing one."""
     names: set[str] = set()
@@ -391,6 +463,9 @@ def redrive(
     if limit is not None:
         chosen = chosen[:limit]
     partitions = _targets(admin, chosen, to)
+    # before anything is sent: a letter whose original cannot be read stops the redrive
+    originals = _originals(bootstrap, chosen)
+    chosen = [originals.get(x.ledger_key, x) for x in chosen]
     redrive_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     if dry_run or not chosen:
         planned = []

@@ -1,0 +1,88 @@
+"""A failing record near the size limit is still dead-lettered: the letter leaves out what does
+not fit (the traceback, then the value and the original headers) and says so; a redrive reads
+a left-out value back from the original topic, and stops, sending nothing, when it is gone."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from laneway import App, Event
+from laneway.kafka import headers as h
+from laneway.kafka.redrive import RedriveError, redrive
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, end_offsets
+from tests.integration.test_engine import _read_all
+
+LIMIT = 20_000  # the topics' max.message.bytes
+SMALL = {"max.message.bytes": str(LIMIT)}
+
+
+def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, group_id: str
+) -> None:
+    topic = make_topic(partitions=1, config=SMALL)
+    dlq = make_topic(partitions=1, prefix="dlq", config=SMALL)
+    back = make_topic(partitions=1, prefix="back")
+    fits = b"f" * 14_000  # fits with short error headers, not with a traceback of ~10 kB
+    barely = b"b" * (LIMIT - 300)  # fits alone, not with any error headers
+    records = [
+        (b"small", b"tiny", []),
+        (b"fits", fits, []),
+        (b"barely", barely, [("trace-id", b"t-2")]),
+        (b"ok", b"fine", []),
+    ]
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    errors: list[object] = []
+    for key, value, headers in records:  # one at a time: two of them in one batch are over the limit
+        p.produce(topic, key=key, value=value, headers=headers, on_delivery=lambda e, _m: errors.append(e))
+        assert p.flush(10) == 0
+    assert errors == [None] * 4
+
+    done: list[bytes | None] = []
+    app = App("dlq-size", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+
+    @app.handler(topic, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        if ev.key != b"ok":
+            raise ValueError("cannot apply: " + "x" * 6_000)  # a long message: a long traceback
+        done.append(ev.key)
+
+    assert app.run_until(lambda: done == [b"ok"], timeout=60)
+    assert committed(kafka_bootstrap, group_id, topic, 1) == {0: 4}  # no record held the partition
+
+    letters = {m.key(): m for m in _read_all(kafka_bootstrap, dlq, 3)}  # type: ignore[attr-defined]
+    assert sorted(letters) == [b"barely", b"fits", b"small"]
+    info = {k: h.decode(m.headers()) for k, m in letters.items()}
+    for offset, key in enumerate((b"small", b"fits", b"barely")):
+        assert info[key][h.ORIGINAL_TOPIC] == topic and info[key][h.ORIGINAL_OFFSET] == str(offset)
+        assert info[key][h.ERROR_TYPE] == "builtins.ValueError"
+    # whole
+    assert h.DROPPED not in info[b"small"] and "Traceback" in info[b"small"][h.TRACEBACK]
+    assert letters[b"small"].value() == b"tiny"
+    # without the traceback, the message cut short, the value kept
+    assert info[b"fits"][h.DROPPED] == "traceback" and h.TRACEBACK not in info[b"fits"]
+    assert (
+        info[b"fits"][h.ERROR_MESSAGE].startswith("cannot apply: x")
+        and len(info[b"fits"][h.ERROR_MESSAGE]) == 500
+    )
+    assert letters[b"fits"].value() == fits
+    # without the value and the original headers
+    assert info[b"barely"][h.DROPPED] == "traceback,value,headers"
+    assert letters[b"barely"].value() is None and "trace-id" not in info[b"barely"]
+
+    # a redrive sends the original value and headers back, read from the original record
+    report = redrive(kafka_bootstrap, dlq, to=back)
+    assert len(report.moved) == 3
+    resent = {m.key(): m for m in _read_all(kafka_bootstrap, back, 3)}  # type: ignore[attr-defined]
+    assert {k: m.value() for k, m in resent.items()} == {b"small": b"tiny", b"fits": fits, b"barely": barely}
+    assert h.decode(resent[b"barely"].headers())["trace-id"] == "t-2"
+
+    # once the original is gone (retention), a redrive of that letter stops before sending anything
+    sent = end_offsets(kafka_bootstrap, back, 1)
+    [gone] = kafka_admin.delete_records([TopicPartition(topic, 0, 3)]).values()
+    gone.result(30)
+    with pytest.raises(RedriveError, match=rf"original record {topic}/0/2 is gone.*nothing was sent"):
+        redrive(kafka_bootstrap, dlq, to=back, force=True)
+    assert end_offsets(kafka_bootstrap, back, 1) == sent

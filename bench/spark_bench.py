@@ -479,7 +479,15 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
     cpu0, t = _cpu_seconds(), time.monotonic()
     notes: list[str] = []
     r: dict[str, Any] = {"pipeline": name, "repeat": rep}
-    if name not in APPENDS:
+    if name == FLOOR:
+        batches = _floor(session, spec, base)
+        wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
+        jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
+        rows = session.read.format("delta").load(schema.table_path(base, "entity_history")).count()
+        r.update(records=rows, batches=batches)
+        if rows != n:
+            notes.append(f"history {rows} rows, expected {n}")
+    elif name not in APPENDS:
         res = _run_backlog_pipeline(session, spec, name, base)
         wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
         jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
@@ -503,14 +511,6 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
             notes.append(f"entities {e_rows} rows (expected {spec['entities']}), version sum off")
         if quarantined:
             notes.append(f"{quarantined} quarantined")
-    elif name == FLOOR:
-        batches = _floor(session, spec, base)
-        wall, cpu = time.monotonic() - t, _cpu_seconds() - cpu0
-        jobs1, forks1, jvm1 = _jobs_so_far(session), _processes_started(), _jvm_cpu()
-        rows = session.read.format("delta").load(schema.table_path(base, "entity_history")).count()
-        r.update(records=rows, batches=batches)
-        if rows != n:
-            notes.append(f"history {rows} rows, expected {n}")
     else:
         path = str(base / "raw")
         commits = _append(session, spec, path, str(base) + "-checkpoint", options=_source_options(name))

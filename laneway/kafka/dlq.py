@@ -65,19 +65,23 @@ def dead_letter_headers(event: Event, error: BaseException, reason: str) -> list
 def _lighter(
     event: Event, error: BaseException, reason: str, level: int
 ) -> tuple[bytes | None, list[_Header]]:
-    """The value and headers of the dead letter at ``level``: 0 whole, 1 without the traceback,
-    2 also without the value and the original record's headers (module docstring)."""
+    """The value and headers of the dead letter at ``level``: 0 whole; 1 without the traceback
+    and with the error message cut to 500 characters; 2 also without the value, the original
+    record's headers and ``laneway.original.key`` (module docstring)."""
     headers = dead_letter_headers(event, error, reason)
     if level == 0:
         return event.value, headers
     dropped = ["traceback"]
+    if len(str(error)) > _SHORT_MESSAGE:
+        dropped.append("message")
     lighter: list[_Header] = []
     for name, value in headers:
         if name == h.TRACEBACK:
             continue
         if name == h.ERROR_MESSAGE:
             value = str(error)[:_SHORT_MESSAGE].encode()
-        if level >= 2 and not name.startswith("laneway."):
+        # the smallest letter keeps the key once: as the record's key, not again as a header
+        if level >= 2 and (not name.startswith("laneway.") or name == h.ORIGINAL_KEY):
             continue
         lighter.append((name, value))
     if level >= 2:
@@ -96,7 +100,10 @@ class KafkaDeadLetters:
     """:class:`~laneway.engine.handlers.DeadLetterSink` on an idempotent confluent-kafka producer."""
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
-        conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config}
+        # one letter per request: the client caps a request by its own message.max.bytes, not by
+        # the topic's max.message.bytes, and the broker refuses a request over it whole, so two
+        # letters that fit one by one would both be refused (and both sent again lighter)
+        conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config, "batch.num.messages": 1}
         self._producer: Producer | None = Producer(conf, logger=logging.getLogger("laneway.kafka.dlq"))
         self._timeout = timeout
         self._lock = threading.Lock()

@@ -44,8 +44,9 @@ FIRST_FAILURE: Final = "laneway.failure.first"
 LAST_FAILURE: Final = "laneway.failure.last"
 #: set on records sent back by ``laneway dlq redrive``: the id of that redrive
 REDRIVE_ID: Final = "laneway.redrive.id"
-#: set on a dead letter that did not fit the topic's size limit whole: what was left out of it,
-#: comma-separated: ``traceback``, ``value`` (then the letter's value is empty and
+#: set on a dead letter that did not fit the size limit whole: what was left out of it,
+#: comma-separated: ``traceback``, ``message`` (the error message, cut to 500 characters),
+#: ``value`` (then the letter's value is null, ``laneway.original.key`` is left out too, and
 #: ``laneway dlq redrive`` reads the original record from its topic), ``headers`` (the original
 #: record's own headers). The ``laneway.original.*`` headers say where the original is.
 DROPPED: Final = "laneway.dropped"

@@ -326,8 +326,24 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
     """For each letter that left its value out, the original record, read from where its
     ``laneway.original.*`` headers say, as a letter with the original value and headers (and
     the letter's own ``laneway.*`` headers), by the letter's ledger key. Raises
-    :class:`RedriveError` naming the first one that cannot be read."""
-    wanted = [x for x in letters if x.value_dropped]
+    :class:`RedriveError` naming the first one that cannot be read: removed (retention,
+    compaction), or not the record the letter came from (another key: the topic was recreated).
+
+    The values are held in memory until the redrive has sent them: near the size limit each,
+    so redrive many such letters a ``--limit`` at a time.
+    """
+    wanted: dict[tuple[str, int], list[tuple[int, DeadLetter]]] = {}
+    for letter in letters:
+        if not letter.value_dropped:
+            continue
+        try:
+            where = (letter.original_topic or "", int(letter.info[h.ORIGINAL_PARTITION]))
+            offset = int(letter.info[h.ORIGINAL_OFFSET])
+        except (KeyError, ValueError) as exc:
+            raise RedriveError(
+                f"{letter.ledger_key} left its value out and does not say where it came from"
+            ) from exc
+        wanted.setdefault(where, []).append((offset, letter))
     if not wanted:
         return {}
     consumer = confluent_kafka.Consumer(
@@ -336,50 +352,61 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
             **{
                 "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
                 "isolation.level": "read_committed",
             },
         )
     )
     out: dict[str, DeadLetter] = {}
+
+    def gone(letter: DeadLetter, why: str) -> RedriveError:
+        return RedriveError(
+            f"{letter.ledger_key} left its value out and the original record {letter.original_position} "
+            f"{why}: nothing was sent"
+        )
+
     try:
-        for letter in wanted:
-            where = letter.original_position
-            try:
-                tp = TopicPartition(
-                    letter.original_topic or "",
-                    int(letter.info[h.ORIGINAL_PARTITION]),
-                    int(letter.info[h.ORIGINAL_OFFSET]),
-                )
-            except (KeyError, ValueError) as exc:
-                raise RedriveError(
-                    f"{letter.ledger_key} left its value out and does not say where it came from"
-                ) from exc
-            low, _high = consumer.get_watermark_offsets(tp, timeout=10)
-            if tp.offset < low:
-                raise RedriveError(
-                    f"{letter.ledger_key} left its value out and the original record {where} is gone "
-                    f"(the topic now starts at offset {low}): nothing was sent"
-                )
-            consumer.assign([tp])
+        for (topic, partition), todo in wanted.items():
+            todo.sort(key=lambda item: item[0])
+            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if todo[0][0] < low:
+                raise gone(todo[0][1], f"is gone (the partition now starts at offset {low})")
+            consumer.assign([TopicPartition(topic, partition, todo[0][0])])
             deadline = time.monotonic() + timeout
-            msg = None
-            while time.monotonic() < deadline:
+            k = 0
+            while k < len(todo):  # forward through the partition, each wanted offset in turn
+                offset, letter = todo[k]
+                if time.monotonic() > deadline:
+                    raise gone(letter, f"could not be read within {timeout:g}s")
                 msg = consumer.poll(0.2)
-                if msg is not None and msg.error() is None and msg.offset() == tp.offset:
-                    break
-                msg = None
-            if msg is None:
-                raise RedriveError(
-                    f"{letter.ledger_key} left its value out and the original record {where} could not be "
-                    f"read within {timeout:g}s: nothing was sent"
-                )
-            ours = tuple((k, v) for k, v in letter.headers if k.startswith("laneway."))
-            raw = tuple(_header(item) for item in (msg.headers() or ()))
-            out[letter.ledger_key] = DeadLetter(
-                *(letter.topic, letter.partition, letter.offset, letter.key, msg.value(), letter.timestamp),
-                raw + ours,
-                letter.info,
-            )
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None and err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    raise gone(letter, "is gone (past the end of its partition)")
+                if err is not None:
+                    raise gone(letter, f"could not be read: {err.str()}")
+                got = msg.offset() or 0
+                if got < offset:
+                    continue
+                if got > offset:  # compacted away, or an aborted transaction's record
+                    raise gone(letter, "is gone")
+                # every letter of this original (a record dead-lettered again after a replay)
+                while k < len(todo) and todo[k][0] == got:
+                    letter = todo[k][1]
+                    if msg.key() != letter.key:
+                        raise gone(letter, f"has another key ({msg.key()!r}, not {letter.key!r})")
+                    ours = tuple((name, v) for name, v in letter.headers if name.startswith("laneway."))
+                    raw = tuple(_header(item) for item in (msg.headers() or ()))
+                    out[letter.ledger_key] = DeadLetter(
+                        *(letter.topic, letter.partition, letter.offset, letter.key),
+                        *(msg.value(), letter.timestamp, raw + ours, letter.info),
+                    )
+                    k += 1
+                # the next wanted offset may be far ahead: seek rather than read through the gap
+                if k < len(todo) and todo[k][0] > got + 1:
+                    consumer.assign([TopicPartition(topic, partition, todo[k][0])])
     finally:
         consumer.close()
     return out

@@ -500,7 +500,8 @@ def dlq_show(
         table.add_row(
             f"{x.partition}/{x.offset}",
             _short(x.field("key"), 24),
-            x.original_position,
+            # a letter without its value: a redrive reads it from the original, while retained
+            x.original_position + (" (value left out)" if x.value_dropped else ""),
             _short(error),
             x.info.get(h.ATTEMPTS, "-"),
             x.info.get(h.LAST_FAILURE, "-"),
@@ -510,7 +511,8 @@ def dlq_show(
     if traceback:
         for x in letters:
             console.rule(f"{x.partition}/{x.offset}")
-            console.print(x.info.get(h.TRACEBACK, "(no traceback)"), markup=False, highlight=False)
+            missing = "(left out: over the size limit)" if h.DROPPED in x.info else "(no traceback)"
+            console.print(x.info.get(h.TRACEBACK, missing), markup=False, highlight=False)
 
 
 @dlq_app.command("redrive")

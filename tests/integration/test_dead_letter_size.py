@@ -14,6 +14,7 @@ from laneway.kafka.redrive import RedriveError, redrive
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets
 from tests.integration.test_engine import _read_all
+from tests.integration.test_ops_cli import invoke
 
 LIMIT = 20_000  # the topics' max.message.bytes
 SMALL = {"max.message.bytes": str(LIMIT)}
@@ -49,6 +50,7 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
             raise ValueError("cannot apply: " + "x" * 6_000)  # a long message: a long traceback
         done.append(ev.key)
 
+    # run_until returns once "ok" is done; stopping finishes the dead letters still being written
     assert app.run_until(lambda: done == [b"ok"], timeout=60)
     assert committed(kafka_bootstrap, group_id, topic, 1) == {0: 4}  # no record held the partition
 
@@ -62,15 +64,18 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
     assert h.DROPPED not in info[b"small"] and "Traceback" in info[b"small"][h.TRACEBACK]
     assert letters[b"small"].value() == b"tiny"
     # without the traceback, the message cut short, the value kept
-    assert info[b"fits"][h.DROPPED] == "traceback" and h.TRACEBACK not in info[b"fits"]
+    assert info[b"fits"][h.DROPPED] == "traceback,message" and h.TRACEBACK not in info[b"fits"]
     assert (
         info[b"fits"][h.ERROR_MESSAGE].startswith("cannot apply: x")
         and len(info[b"fits"][h.ERROR_MESSAGE]) == 500
     )
     assert letters[b"fits"].value() == fits
     # without the value and the original headers
-    assert info[b"barely"][h.DROPPED] == "traceback,value,headers"
+    assert info[b"barely"][h.DROPPED] == "traceback,message,value,headers"
     assert letters[b"barely"].value() is None and "trace-id" not in info[b"barely"]
+    assert h.ORIGINAL_KEY not in info[b"barely"]  # the key once, as the letter's key
+    shown = invoke(kafka_bootstrap, "dlq", "show", dlq)
+    assert shown.exit_code == 0 and shown.stdout.count("(value left out)") == 1, shown.output
 
     # a redrive sends the original value and headers back, read from the original record
     report = redrive(kafka_bootstrap, dlq, to=back)

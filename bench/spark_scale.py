@@ -13,7 +13,9 @@
 
 Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holding a matched
 row) and ``dv`` (``deletion_vectors=True``: a MERGE marks the old rows deleted and writes only
-the new ones). The landing runs go first, in a fresh JVM, one variant after the other: compare
+the new ones). ``--variants`` picks some; ``before`` is the default pipeline of another checkout
+(``LANEWAY_BENCH_SPARK_BASELINE``, as in ``bench.spark_bench``), for a change measured side by
+side. The landing runs go first, in a fresh JVM, one variant after the other: compare
 the batches, which alternate. The benchmark's backlog (``bench.spark_bench``) updates
 ~97% of a 30,000-row ``entities`` per batch; this is the other end: a few thousand of a
 million.
@@ -28,32 +30,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.spark_bench import cli, parse
+from bench.spark_bench import _pipeline, cli, parse
 
-VARIANTS = ("rewrite", "dv")
+VARIANTS = ("rewrite", "dv", "before")
 
 
 def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> tuple[float, Any]:
     from prometheus_client import CollectorRegistry
 
-    from laneway.spark import pipeline
-
-    t0 = time.monotonic()
-    res = pipeline.run_pipeline(
-        pipeline.PipelineSettings(
-            bootstrap=bootstrap,
-            warehouse=str(base / "warehouse"),
-            checkpoint=str(base / "checkpoint"),
-            topic=topic,
-            max_offsets_per_trigger=250_000,
-            compact_every=0,
-            master="local[2]",
-            deletion_vectors=variant == "dv",
-        ),
-        spark=session,
-        metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
-    )
-    return time.monotonic() - t0, res
+    with _pipeline(session, "merge-before" if variant == "before" else "merge") as pipeline:
+        t0 = time.monotonic()
+        res = pipeline.run_pipeline(
+            pipeline.PipelineSettings(
+                bootstrap=bootstrap,
+                warehouse=str(base / "warehouse"),
+                checkpoint=str(base / "checkpoint"),
+                topic=topic,
+                max_offsets_per_trigger=250_000,
+                compact_every=0,
+                master="local[2]",
+                deletion_vectors=variant == "dv",
+            ),
+            spark=session,
+            metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+        )
+        return time.monotonic() - t0, res
 
 
 def _entities_state(session: Any, base: Path) -> dict[str, Any]:
@@ -79,7 +80,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--entities", type=int, default=1_000_000)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--batch", type=int, default=3_000)
+    parser.add_argument(
+        "--variants",
+        default="rewrite,dv",
+        help=f"comma-separated, of {', '.join(VARIANTS)} (default: rewrite,dv)",
+    )
     args = parse(parser, argv)
+    variants = tuple(v.strip() for v in args.variants.split(","))
+    if not variants or any(v not in VARIANTS for v in variants):
+        parser.error(f"--variants: each of {', '.join(VARIANTS)}")
 
     from bench.kafka_io import Kafka
     from bench.spark_bench import produce_entities
@@ -96,9 +105,9 @@ def main(argv: list[str]) -> int:
     )
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-scale"))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-scale-"))
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in variants}
     try:
-        for variant in VARIANTS:
+        for variant in variants:
             base = work / variant
             took, res = _run(session, args.bootstrap, topic, base, variant)
             state = _entities_state(session, base)
@@ -111,7 +120,7 @@ def main(argv: list[str]) -> int:
             produce_entities(
                 args.bootstrap, topic, args.batch, args.entities, seed=100 + k, versions=versions
             )
-            for variant in VARIANTS if k % 2 == 0 else VARIANTS[::-1]:
+            for variant in variants if k % 2 == 0 else variants[::-1]:
                 took, res = _run(session, args.bootstrap, topic, work / variant, variant)
                 times[variant].append(took)
                 state = _entities_state(session, work / variant)
@@ -127,10 +136,10 @@ def main(argv: list[str]) -> int:
             .load(schema.table_path(work / v / "warehouse", schema.ENTITIES))
             .selectExpr("count(*) AS n", "sum(version) AS s")
             .first()
-            for v in VARIANTS
+            for v in variants
         ]
         expected = (len(versions), sum(versions.values()))
-        for v, st in zip(VARIANTS, states, strict=True):
+        for v, st in zip(variants, states, strict=True):
             ok = (st["n"], st["s"]) == expected
             median = statistics.median(times[v])
             print(f"{v:<8} median {median:.2f} s per batch; entities {'ok' if ok else 'WRONG'}")

@@ -40,8 +40,8 @@ So the batch is hash-partitioned by ``entity_id`` into as many partitions as the
 it is read and persisted, with the record's fields as columns of
 their own: the per-entity aggregates (newest version, one row per version) then need no
 further shuffle, and a reader decodes only the columns it uses. The MERGEs shuffle into one
-partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records (at most
-``spark.sql.shuffle.partitions``), set on the query's own session.
+partition per ``RECORDS_PER_SHUFFLE_PARTITION`` records, at least one per core, at most
+``spark.sql.shuffle.partitions``, set on the query's own session.
 
 On the local file system (a path without a scheme, or ``file:``), the streaming checkpoint
 (a local checkpoint path) and Delta's checksum files (local warehouse and checkpoint paths)
@@ -421,9 +421,11 @@ class _BatchWriter:
         records, quarantined = int(stats["records"]), int(stats["quarantined"])
         spark = parsed.sparkSession
         # the MERGEs' joins and dedups shuffle into spark.sql.shuffle.partitions tasks each; a
-        # small batch does not need them (each task costs a fixed scheduling and setup time)
+        # small batch needs fewer (each task costs a fixed scheduling and setup time), but no
+        # fewer than the cores: the entities MERGE may rewrite the whole table (_shuffle_partitions)
         spark.conf.set(
-            "spark.sql.shuffle.partitions", str(_shuffle_partitions(records, self.shuffle_partitions or 1))
+            "spark.sql.shuffle.partitions",
+            str(_shuffle_partitions(records, self.shuffle_partitions or 1, self.parallelism)),
         )
         tasks: dict[str, Callable[[], dict[str, float] | None]] = {}
         latest: DataFrame | None = None
@@ -577,9 +579,15 @@ def _parse(df: DataFrame, landed_at: datetime) -> DataFrame:
 RECORDS_PER_SHUFFLE_PARTITION = 25_000
 
 
-def _shuffle_partitions(records: int, configured: int) -> int:
-    """Shuffle partitions for a batch of ``records``: one per 25,000, at most ``configured``."""
-    return max(1, min(configured, -(-records // RECORDS_PER_SHUFFLE_PARTITION)))
+def _shuffle_partitions(records: int, configured: int, cores: int = 1) -> int:
+    """Shuffle partitions for a batch of ``records``: one per 25,000, at most ``configured``; and
+    at least one per core (up to ``configured``): the ``entities`` MERGE rewrites every file
+    holding a row it updates, which for a few records spread over a large table is the whole
+    table, through one task per shuffle partition. With one partition, a batch of 21 records
+    on 632,000 entities rewrote them all on one core (3.2 s of its 5 s; BENCHMARKS.md, "Spark:
+    session 11")."""
+    wanted = max(min(cores, configured), -(-records // RECORDS_PER_SHUFFLE_PARTITION))
+    return max(1, min(configured, wanted))
 
 
 #: at most this many records in a batch: ``entity_history`` broadcasts the batch's keys

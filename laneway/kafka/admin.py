@@ -36,6 +36,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from laneway.engine.errors import LanewayError
+from laneway.kafka.logs import librdkafka_logger
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -75,7 +76,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 #: librdkafka's own log lines (connection failures ...) go to this logger
-client_logger = logging.getLogger("laneway.kafka.librdkafka")
+client_logger = librdkafka_logger("laneway.kafka.librdkafka")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_RETENTION_MS = 14 * 24 * 3600 * 1000

@@ -23,10 +23,12 @@ from laneway.engine.errors import DeadLetterError
 from laneway.engine.events import Event
 from laneway.engine.processor import format_error
 from laneway.kafka import headers as h
+from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaDeadLetters", "dead_letter_headers"]
 
 logger = logging.getLogger(__name__)
+_CLIENT_LOG = librdkafka_logger("laneway.kafka.dlq")  # librdkafka's lines (laneway.kafka.logs)
 
 _MAX_TRACEBACK = 8000
 #: the error message kept in a letter that had to leave its traceback out
@@ -104,7 +106,7 @@ class KafkaDeadLetters:
         # the topic's max.message.bytes, and the broker refuses a request over it whole, so two
         # letters that fit one by one would both be refused (and both sent again lighter)
         conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config, "batch.num.messages": 1}
-        self._producer: Producer | None = Producer(conf, logger=logging.getLogger("laneway.kafka.dlq"))
+        self._producer: Producer | None = Producer(conf, logger=_CLIENT_LOG)
         self._timeout = timeout
         self._lock = threading.Lock()
 

@@ -40,6 +40,7 @@ from laneway.kafka.admin import (
     InvalidInputError,
     UnknownTopicError,
     client_config,
+    client_logger,
     connect,
     describe_topic,
 )
@@ -507,7 +508,7 @@ def redrive(
         transactional_id=f"laneway-redrive-{dlq_topic}",
         key_serde="bytes",
         value_serde="bytes",
-        extra={"logger": logging.getLogger("laneway.kafka.librdkafka")},
+        extra={"logger": client_logger},
     )
     with producer:
         for start in range(0, len(chosen), batch_size):

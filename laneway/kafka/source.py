@@ -36,10 +36,14 @@ from laneway.engine.errors import LanewayError
 from laneway.engine.events import Event, Output
 from laneway.engine.policies import Backpressure
 from laneway.engine.processor import Processor
+from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
 logger = logging.getLogger(__name__)
+#: librdkafka's lines of the source's clients (laneway.kafka.logs: an outage's flood held back)
+_CONSUMER_LOG = librdkafka_logger("laneway.kafka.consumer")
+_PRODUCER_LOG = librdkafka_logger("laneway.kafka.producer")
 
 #: while paused (backpressure), how long a poll waits before memory is looked at again (s)
 _PAUSED_POLL = 0.005
@@ -108,7 +112,7 @@ class KafkaSource:
             "on_commit": self._on_commit,
         }
         self._recommit = False
-        self._consumer = Consumer(conf, logger=logging.getLogger("laneway.kafka.consumer"))
+        self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
@@ -123,9 +127,7 @@ class KafkaSource:
             )
             pconf.setdefault("transaction.timeout.ms", 10_000)
         self._producer: Producer | None = (
-            Producer(pconf, logger=logging.getLogger("laneway.kafka.producer"))
-            if producer_config is not None
-            else None
+            Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
         )
         self._produce_error: KafkaError | None = None
         self._topics = topics

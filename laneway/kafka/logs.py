@@ -1,0 +1,77 @@
+"""librdkafka's log lines, through Python's logging, without the flood of an outage.
+
+While a broker is down, librdkafka retries its connections and logs each failure. Its
+re-bootstrap when every known broker is down (``metadata.recovery.strategy=rebootstrap``, the
+default) reconnects about every 50 ms: one consumer wrote 430 ``Connect to ... failed`` lines
+in a 10 s outage, which buried everything else the app said. ``RepeatFilter`` lets the first
+line of a kind through, then at most one per ``every`` seconds, saying how many it held back.
+Lines are of a kind when they are the same apart from their numbers (ports, milliseconds,
+counts). Reconnecting itself is librdkafka's business and is left as it is.
+
+Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["RepeatFilter", "librdkafka_logger"]
+
+_NUMBER = re.compile(r"\d+")
+
+
+@dataclass
+class _Kind:
+    passed_at: float
+    held: int = 0
+
+
+class RepeatFilter(logging.Filter):
+    """Pass the first line of each kind, then one per ``every`` seconds with the count held back."""
+
+    #: forget every kind past this many (a log of ever-new lines must not grow the filter)
+    MAX_KINDS = 1_000
+
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every = every
+        self._clock = clock
+        self._kinds: dict[tuple[str, int, str], _Kind] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        key = (record.name, record.levelno, _NUMBER.sub("#", message))
+        now = self._clock()
+        with self._lock:
+            kind = self._kinds.get(key)
+            if kind is not None and now - kind.passed_at < self.every:
+                kind.held += 1
+                return False
+            if kind is None and len(self._kinds) >= self.MAX_KINDS:
+                self._kinds.clear()
+            self._kinds[key] = _Kind(now)
+        if kind is not None and kind.held:
+            record.msg = f"{message} (and {kind.held} more like it in the last {now - kind.passed_at:.0f} s)"
+            record.args = ()
+        return True
+
+
+_filters: dict[str, RepeatFilter] = {}
+_filters_lock = threading.Lock()
+
+
+def librdkafka_logger(name: str) -> logging.Logger:
+    """The logger ``name`` for a confluent-kafka client's ``logger=``, with a ``RepeatFilter``
+    (one per logger, added once)."""
+    logger = logging.getLogger(name)
+    with _filters_lock:
+        if name not in _filters:
+            _filters[name] = RepeatFilter()
+            logger.addFilter(_filters[name])
+    return logger

@@ -1,0 +1,71 @@
+"""The repeat filter on librdkafka's log lines: a 10 s outage's 200 connection failures become
+two lines, the second saying how many it stands for; other lines pass untouched."""
+
+from __future__ import annotations
+
+import logging
+
+from laneway.kafka.logs import RepeatFilter, librdkafka_logger
+
+
+def _record(
+    message: str, level: int = logging.ERROR, name: str = "laneway.kafka.consumer"
+) -> logging.LogRecord:
+    return logging.LogRecord(
+        name, level, __file__, 1, "%s [%s] %s", ("FAIL", "app#consumer-1", message), None
+    )
+
+
+def test_a_flood_of_alike_lines_becomes_one_per_window_with_the_count() -> None:
+    now = [0.0]
+    f = RepeatFilter(every=10.0, clock=lambda: now[0])
+    passed = []
+    for i in range(400):  # every 50 ms for 20 s, the port and the timings changing
+        now[0] = i * 0.05
+        r = _record(f"127.0.0.1:{57000 + i % 3}/bootstrap: Connect failed (after {i % 7}ms in state CONNECT)")
+        if f.filter(r):
+            passed.append((now[0], r.getMessage()))
+    assert [t for t, _ in passed] == [0.0, 10.0]
+    assert passed[0][1].endswith("in state CONNECT)")
+    assert passed[1][1].endswith("(and 199 more like it in the last 10 s)")
+
+
+def test_other_lines_levels_and_loggers_pass() -> None:
+    now = [0.0]
+    f = RepeatFilter(every=10.0, clock=lambda: now[0])
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed"))
+    assert not f.filter(_record("Connect to 127.0.0.1:2 failed"))
+    assert f.filter(_record("Disconnected: connection closed by peer"))  # another kind
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed", level=logging.WARNING))
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed", name="laneway.kafka.dlq"))
+    now[0] = 10.0
+    again = _record("Connect to 127.0.0.1:3 failed")
+    assert f.filter(again) and again.getMessage().endswith("(and 1 more like it in the last 10 s)")
+
+
+def test_the_filter_forgets_kinds_past_its_bound() -> None:
+    f = RepeatFilter(every=10.0, clock=lambda: 0.0)
+    for i in range(RepeatFilter.MAX_KINDS + 5):
+        word = "".join(chr(97 + int(d)) for d in str(i))  # a new kind each time: no digits
+        assert f.filter(_record(f"line {word}"))
+    assert len(f._kinds) <= RepeatFilter.MAX_KINDS
+
+
+def test_each_client_logger_gets_one_filter() -> None:
+    a = librdkafka_logger("laneway.kafka.test-logs")
+    b = librdkafka_logger("laneway.kafka.test-logs")
+    assert a is b and sum(isinstance(f, RepeatFilter) for f in a.filters) == 1
+
+
+def test_the_clients_laneway_builds_log_through_the_filter() -> None:
+    import laneway.kafka.admin
+    import laneway.kafka.dlq
+    import laneway.kafka.source  # noqa: F401
+
+    for name in (
+        "laneway.kafka.consumer",
+        "laneway.kafka.producer",
+        "laneway.kafka.dlq",
+        "laneway.kafka.librdkafka",
+    ):
+        assert any(isinstance(f, RepeatFilter) for f in logging.getLogger(name).filters), name

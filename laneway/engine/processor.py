@@ -950,7 +950,7 @@ class Processor:
             lane.spec.dlq_topic,
             ev.attempt,
             type(cause).__name__,
-            _cut(str(cause)),  # whole in the dead letter's headers
+            _cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
         )
         more = self._finish([(lane, ev, state)])
         if more:

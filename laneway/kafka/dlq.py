@@ -28,7 +28,7 @@ from laneway.kafka.logs import librdkafka_logger
 __all__ = ["KafkaDeadLetters", "dead_letter_headers"]
 
 logger = logging.getLogger(__name__)
-_CLIENT_LOG = librdkafka_logger("laneway.kafka.dlq")  # librdkafka's lines (laneway.kafka.logs)
+_CLIENT_LOG = librdkafka_logger("laneway.kafka.client.dlq")  # librdkafka's lines (laneway.kafka.logs)
 
 _MAX_TRACEBACK = 8000
 #: the error message kept in a letter that had to leave its traceback out

@@ -2,13 +2,18 @@
 
 While a broker is down, librdkafka retries its connections and logs each failure. Its
 re-bootstrap when every known broker is down (``metadata.recovery.strategy=rebootstrap``, the
-default) reconnects about every 50 ms: one consumer wrote 430 ``Connect to ... failed`` lines
-in a 10 s outage, which buried everything else the app said. ``RepeatFilter`` lets the first
-line of a kind through, then at most one per ``every`` seconds, saying how many it held back.
-Lines are of a kind when they are the same apart from their numbers (ports, milliseconds,
-counts). Reconnecting itself is librdkafka's business and is left as it is.
+default) reconnects about every 50 ms: one consumer wrote about 20 ``Connect to ... failed``
+lines a second for as long as the outage lasted, which buried everything else the app said.
+``RepeatFilter`` lets the first line of a kind through, then at most one per ``every``
+seconds, saying how many it held back. Lines are of a kind when they are the same apart from
+their durations (``after 0ms``) and counts of requests or suppressed errors: another broker,
+another client or another error is another kind. The count held back when a flood stops is
+not reported (nothing comes to carry it). Reconnecting itself is librdkafka's business and
+is left as it is.
 
-Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``.
+Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``, under
+``laneway.kafka.client`` (``laneway.kafka.librdkafka`` for the tools' admin clients): never a
+module's own logger, whose lines the filter must not hold back.
 """
 
 from __future__ import annotations
@@ -22,7 +27,12 @@ from dataclasses import dataclass
 
 __all__ = ["RepeatFilter", "librdkafka_logger"]
 
-_NUMBER = re.compile(r"\d+")
+#: the parts of a librdkafka line that change while it says the same: durations, and counts of
+#: requests or of errors it suppressed itself
+_VOLATILE = re.compile(
+    r"\b\d+(?:\.\d+)?(?:ms|s)\b"
+    r"|\b\d+(?= (?:identical|request|in-flight|retry-queued|out-queue|partially-sent))"
+)
 
 
 @dataclass
@@ -45,8 +55,11 @@ class RepeatFilter(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        key = (record.name, record.levelno, _NUMBER.sub("#", message))
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: the handler reports it, as without the filter
+            return True
+        key = (record.name, record.levelno, _VOLATILE.sub("#", message))
         now = self._clock()
         with self._lock:
             kind = self._kinds.get(key)

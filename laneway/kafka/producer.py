@@ -36,6 +36,7 @@ from typing import Any, Literal
 import confluent_kafka
 
 from laneway.engine.errors import LanewayError
+from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve
 
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_CLIENT_LOG = librdkafka_logger("laneway.kafka.client.producer")  # librdkafka's lines (laneway.kafka.logs)
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 Acks = Literal["all", "1", "0"]
@@ -174,7 +176,7 @@ class Producer:
             "message.timeout.ms": int(delivery_timeout * 1000),
             "partitioner": "murmur2_random",
             "error_cb": self._on_error,
-            "logger": logger,
+            "logger": _CLIENT_LOG,
             **(extra or {}),
         }
         self._producer = confluent_kafka.Producer(self.config)

@@ -370,7 +370,10 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
     try:
         for (topic, partition), todo in wanted.items():
             todo.sort(key=lambda item: item[0])
-            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            try:
+                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            except KafkaException as exc:  # the original topic or partition no longer exists
+                raise gone(todo[0][1], f"could not be read: {exc}") from exc
             if todo[0][0] < low:
                 raise gone(todo[0][1], f"is gone (the partition now starts at offset {low})")
             consumer.assign([TopicPartition(topic, partition, todo[0][0])])
@@ -386,8 +389,10 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
                 err = msg.error()
                 if err is not None and err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
                     raise gone(letter, "is gone (past the end of its partition)")
-                if err is not None:
+                if err is not None and err.fatal():
                     raise gone(letter, f"could not be read: {err.str()}")
+                if err is not None:  # transient (a dropped connection): the deadline decides
+                    continue
                 got = msg.offset() or 0
                 if got < offset:
                     continue

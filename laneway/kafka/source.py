@@ -42,8 +42,8 @@ __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
 logger = logging.getLogger(__name__)
 #: librdkafka's lines of the source's clients (laneway.kafka.logs: an outage's flood held back)
-_CONSUMER_LOG = librdkafka_logger("laneway.kafka.consumer")
-_PRODUCER_LOG = librdkafka_logger("laneway.kafka.producer")
+_CONSUMER_LOG = librdkafka_logger("laneway.kafka.client.consumer")
+_PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
 
 #: while paused (backpressure), how long a poll waits before memory is looked at again (s)
 _PAUSED_POLL = 0.005

@@ -9,7 +9,7 @@ from laneway.kafka.logs import RepeatFilter, librdkafka_logger
 
 
 def _record(
-    message: str, level: int = logging.ERROR, name: str = "laneway.kafka.consumer"
+    message: str, level: int = logging.ERROR, name: str = "laneway.kafka.client.consumer"
 ) -> logging.LogRecord:
     return logging.LogRecord(
         name, level, __file__, 1, "%s [%s] %s", ("FAIL", "app#consumer-1", message), None
@@ -20,9 +20,9 @@ def test_a_flood_of_alike_lines_becomes_one_per_window_with_the_count() -> None:
     now = [0.0]
     f = RepeatFilter(every=10.0, clock=lambda: now[0])
     passed = []
-    for i in range(400):  # every 50 ms for 20 s, the port and the timings changing
+    for i in range(400):  # every 50 ms for 20 s, the timings changing
         now[0] = i * 0.05
-        r = _record(f"127.0.0.1:{57000 + i % 3}/bootstrap: Connect failed (after {i % 7}ms in state CONNECT)")
+        r = _record(f"127.0.0.1:57277/bootstrap: Connect failed (after {i % 7}ms in state CONNECT)")
         if f.filter(r):
             passed.append((now[0], r.getMessage()))
     assert [t for t, _ in passed] == [0.0, 10.0]
@@ -33,13 +33,14 @@ def test_a_flood_of_alike_lines_becomes_one_per_window_with_the_count() -> None:
 def test_other_lines_levels_and_loggers_pass() -> None:
     now = [0.0]
     f = RepeatFilter(every=10.0, clock=lambda: now[0])
-    assert f.filter(_record("Connect to 127.0.0.1:1 failed"))
-    assert not f.filter(_record("Connect to 127.0.0.1:2 failed"))
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed (after 0ms)"))
+    assert not f.filter(_record("Connect to 127.0.0.1:1 failed (after 3ms)"))
+    assert f.filter(_record("Connect to 127.0.0.1:2 failed (after 0ms)"))  # another broker
     assert f.filter(_record("Disconnected: connection closed by peer"))  # another kind
-    assert f.filter(_record("Connect to 127.0.0.1:1 failed", level=logging.WARNING))
-    assert f.filter(_record("Connect to 127.0.0.1:1 failed", name="laneway.kafka.dlq"))
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed (after 0ms)", level=logging.WARNING))
+    assert f.filter(_record("Connect to 127.0.0.1:1 failed (after 0ms)", name="laneway.kafka.client.dlq"))
     now[0] = 10.0
-    again = _record("Connect to 127.0.0.1:3 failed")
+    again = _record("Connect to 127.0.0.1:1 failed (after 1ms)")
     assert f.filter(again) and again.getMessage().endswith("(and 1 more like it in the last 10 s)")
 
 
@@ -60,12 +61,18 @@ def test_each_client_logger_gets_one_filter() -> None:
 def test_the_clients_laneway_builds_log_through_the_filter() -> None:
     import laneway.kafka.admin
     import laneway.kafka.dlq
+    import laneway.kafka.producer
     import laneway.kafka.source  # noqa: F401
 
-    for name in (
-        "laneway.kafka.consumer",
-        "laneway.kafka.producer",
-        "laneway.kafka.dlq",
-        "laneway.kafka.librdkafka",
-    ):
-        assert any(isinstance(f, RepeatFilter) for f in logging.getLogger(name).filters), name
+    for name in ("client.consumer", "client.producer", "client.dlq", "librdkafka"):
+        logger = logging.getLogger(f"laneway.kafka.{name}")
+        assert any(isinstance(f, RepeatFilter) for f in logger.filters), name
+    # never on a module's own logger: its lines (a callback's traceback ...) are not held back
+    for module in ("source", "producer", "dlq", "admin"):
+        logger = logging.getLogger(f"laneway.kafka.{module}")
+        assert not any(isinstance(f, RepeatFilter) for f in logger.filters), module
+
+
+def test_a_record_that_cannot_be_formatted_passes_to_its_handler() -> None:
+    bad = logging.LogRecord("x", logging.ERROR, __file__, 1, "%d", ("not a number",), None)
+    assert RepeatFilter().filter(bad)

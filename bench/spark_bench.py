@@ -622,25 +622,15 @@ def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
             parsed.unpersist()
         batches.append(batch_id)
 
-    stream = (
-        session.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", spec["bootstrap"])
-        .option("subscribe", spec["topic"])
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(spec["max_offsets_per_trigger"]))
-        .options(**pipeline.SOURCE_DEFAULTS)
-        .load()
-        .writeStream.option("checkpointLocation", str(base) + "-checkpoint")
-        .foreachBatch(write)
-        .trigger(availableNow=True)
+    # started as the pipeline starts its own query: its source options, trigger, checkpoint manager
+    settings = pipeline.PipelineSettings(
+        bootstrap=spec["bootstrap"],
+        warehouse=str(base),
+        checkpoint=str(base) + "-checkpoint",
+        topic=spec["topic"],
+        max_offsets_per_trigger=spec["max_offsets_per_trigger"],
     )
-    # as the pipeline starts its query (laneway.spark.pipeline._stream): the streaming checkpoint's
-    # renames without forks, the caller's session left as it was
-    session.conf.set(pipeline._CHECKPOINT_FILE_MANAGER, pipeline._LOCAL_CHECKPOINT_FILE_MANAGER)
-    try:
-        query = stream.start()
-    finally:
-        session.conf.unset(pipeline._CHECKPOINT_FILE_MANAGER)
+    query = pipeline._stream(session, settings, write)
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))

@@ -75,16 +75,14 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-_filters: dict[str, RepeatFilter] = {}
-_filters_lock = threading.Lock()
+_attach_lock = threading.Lock()
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
     """The logger ``name`` for a confluent-kafka client's ``logger=``, with a ``RepeatFilter``
-    (one per logger, added once)."""
+    (added once)."""
     logger = logging.getLogger(name)
-    with _filters_lock:
-        if name not in _filters:
-            _filters[name] = RepeatFilter()
-            logger.addFilter(_filters[name])
+    with _attach_lock:
+        if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+            logger.addFilter(RepeatFilter())
     return logger

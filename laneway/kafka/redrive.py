@@ -164,6 +164,23 @@ def parse_filters(specs: Iterable[str]) -> list[Filter]:
     return out
 
 
+def _tool_consumer(bootstrap: str, *, read_committed: bool, reset: str) -> confluent_kafka.Consumer:
+    """A consumer of a group of its own that commits nothing and reports each partition's end;
+    ``reset``: where it starts at an offset that is not there (``earliest``, ``error``)."""
+    return confluent_kafka.Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": reset,
+                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            },
+        )
+    )
+
+
 def _read_topic(
     bootstrap: str,
     topic: str,
@@ -173,18 +190,7 @@ def _read_topic(
     timeout: float = 120.0,
 ) -> Iterator[confluent_kafka.Message]:
     """Every record of ``topic`` from the beginning to its end as of now."""
-    consumer = confluent_kafka.Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-            },
-        )
-    )
+    consumer = _tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
         t = md.topics.get(topic)
@@ -347,18 +353,7 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
         wanted.setdefault(where, []).append((offset, letter))
     if not wanted:
         return {}
-    consumer = confluent_kafka.Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error",
-                "isolation.level": "read_committed",
-            },
-        )
-    )
+    consumer = _tool_consumer(bootstrap, read_committed=True, reset="error")
     out: dict[str, DeadLetter] = {}
 
     def gone(letter: DeadLetter, why: str) -> RedriveError:

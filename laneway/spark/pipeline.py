@@ -349,10 +349,17 @@ def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float | N
 #:   in-memory columnar compression (dictionary and run-length encodings, chosen per column by
 #:   first gathering statistics of every value) cost 12% of a 300,000-record run's task CPU and
 #:   saved memory the batch holds for seconds (``MEMORY_AND_DISK``: a batch too big spills).
-#:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9").
+#:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9");
+#: * Parquet writes ``schema.PLAIN_COLUMNS`` (ids, qualified names: unique values) without a
+#:   dictionary. Parquet reads ``parquet.*`` settings from the Hadoop configuration, which
+#:   Spark builds from the session's settings for each write; ``#column`` names one column.
+#:   Building and dropping dictionaries of unique values was a tenth of the time of a copy of
+#:   ``entities``; side by side, 1.02x records/s at 300,000 and at 1,000,000 records, each of
+#:   3 pairs in favour (BENCHMARKS.md, "Spark: session 12").
 BATCH_CONF: Mapping[str, str] = {
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    **{f"parquet.enable.dictionary#{column}": "false" for column in schema.PLAIN_COLUMNS},
 }
 
 

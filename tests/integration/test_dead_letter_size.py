@@ -91,3 +91,28 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
     with pytest.raises(RedriveError, match=rf"original record {topic}/0/2 is gone.*nothing was sent"):
         redrive(kafka_bootstrap, dlq, to=back, force=True)
     assert end_offsets(kafka_bootstrap, back, 1) == sent
+
+
+def test_the_producers_own_size_limit_is_refused_locally_and_the_letter_sent_lighter(
+    kafka_bootstrap: str, make_topic: TopicFactory
+) -> None:
+    """A dead letter over the producer's own ``message.max.bytes`` is refused by ``produce()``
+    itself (no request is sent): the writer falls back exactly as for the broker's refusal."""
+    from laneway.kafka.dlq import KafkaDeadLetters
+
+    dlq = make_topic(partitions=1, prefix="dlq")  # the broker's default limit: ~1 MB
+    letters = KafkaDeadLetters({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": str(LIMIT)})
+    value = b"v" * 15_000  # fits alone, not with a traceback of ~10 kB
+    try:
+        raise ValueError("cannot apply: " + "x" * 6_000)
+    except ValueError as exc:
+        error = exc
+    try:
+        letters.send(Event("orders", 0, 7, b"k", value), error, reason="handler failed", topic=dlq)
+    finally:
+        letters.close()
+    [letter] = _read_all(kafka_bootstrap, dlq, 1)
+    info = h.decode(letter.headers())  # type: ignore[attr-defined]
+    assert info[h.DROPPED] == "traceback,message" and h.TRACEBACK not in info
+    assert letter.value() == value  # type: ignore[attr-defined]
+    assert info[h.ORIGINAL_TOPIC] == "orders" and info[h.ORIGINAL_OFFSET] == "7"

@@ -325,3 +325,31 @@ def test_batch_settings_stay_on_the_query_session(spark: Any, landed: Landed) ->
     assert landed.result.records  # the pipeline ran on this session
     for key, value in BATCH_CONF.items():
         assert spark.conf.get(key, None) != value, key
+
+
+def _dictionary_columns(spark: Any, path: str) -> dict[str, bool]:
+    """Per column of one of the table's Parquet files: whether its first row group has a dictionary."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    data = next(p for p in Path(path).rglob("*.parquet"))
+    source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+        jvm.org.apache.hadoop.fs.Path(str(data)), conf
+    )
+    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+    try:
+        block = reader.getFooter().getBlocks().get(0)
+        return {c.getPath().toDotString(): c.hasDictionaryPage() for c in block.getColumns()}
+    finally:
+        reader.close()
+
+
+def test_unique_columns_are_written_without_a_dictionary(spark: Any, landed: Landed) -> None:
+    """``schema.PLAIN_COLUMNS`` are written plain (``BATCH_CONF``), the other columns as Parquet
+    chooses: with a dictionary when their values repeat."""
+    history = _dictionary_columns(spark, schema.table_path(landed.warehouse, schema.ENTITY_HISTORY))
+    # an entity's versions repeat its id and qualified name: Parquet would choose a dictionary
+    assert history["entity_id"] is False
+    assert history["qualified_name"] is False
+    assert history["entity_type"] is True
+    edges = _dictionary_columns(spark, schema.table_path(landed.warehouse, schema.LINEAGE_EDGES))
+    assert edges["edge_id"] is False

@@ -12,13 +12,14 @@
    timing each run and reading ``entities``' file count and its last MERGE's metrics.
 
 Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holding a matched
-row) and ``dv`` (``deletion_vectors=True``: a MERGE marks the old rows deleted and writes only
-the new ones). ``--variants`` picks some; ``before`` is the default pipeline of another checkout
-(``LANEWAY_BENCH_SPARK_BASELINE``, as in ``bench.spark_bench``), for a change measured side by
-side. The landing runs go first, in a fresh JVM, one variant after the other: compare
-the batches, which alternate. The benchmark's backlog (``bench.spark_bench``) updates
-~97% of a 30,000-row ``entities`` per batch; this is the other end: a few thousand of a
-million.
+row), ``dv`` (``deletion_vectors=True``: the MERGE of a batch small against the table marks the
+old rows deleted and writes only the new ones, a larger batch rewrites) and ``dv-always`` (every
+MERGE with deletion vectors, however large the batch). ``--variants`` picks some; ``before``
+is the default pipeline of another checkout (``LANEWAY_BENCH_SPARK_BASELINE``, as in
+``bench.spark_bench``), for a change measured side by side. The landing runs go first, in a
+fresh JVM, one variant after the other: compare the batches, which alternate. The benchmark's
+backlog (``bench.spark_bench``) updates ~97% of a 30,000-row ``entities`` per batch; this is
+the other end: a few thousand of a million.
 """
 
 from __future__ import annotations
@@ -32,28 +33,35 @@ from typing import Any
 
 from bench.spark_bench import _pipeline, cli, parse
 
-VARIANTS = ("rewrite", "dv", "before")
+VARIANTS = ("rewrite", "dv", "dv-always", "before")
 
 
 def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> tuple[float, Any]:
     from prometheus_client import CollectorRegistry
 
     with _pipeline(session, "merge-before" if variant == "before" else "merge") as pipeline:
+        share = getattr(pipeline, "DELETION_VECTORS_SHARE_MAX", None)
+        if variant == "dv-always":
+            pipeline.DELETION_VECTORS_SHARE_MAX = float("inf")
         t0 = time.monotonic()
-        res = pipeline.run_pipeline(
-            pipeline.PipelineSettings(
-                bootstrap=bootstrap,
-                warehouse=str(base / "warehouse"),
-                checkpoint=str(base / "checkpoint"),
-                topic=topic,
-                max_offsets_per_trigger=250_000,
-                compact_every=0,
-                master="local[2]",
-                deletion_vectors=variant == "dv",
-            ),
-            spark=session,
-            metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
-        )
+        try:
+            res = pipeline.run_pipeline(
+                pipeline.PipelineSettings(
+                    bootstrap=bootstrap,
+                    warehouse=str(base / "warehouse"),
+                    checkpoint=str(base / "checkpoint"),
+                    topic=topic,
+                    max_offsets_per_trigger=250_000,
+                    compact_every=0,
+                    master="local[2]",
+                    deletion_vectors=variant in ("dv", "dv-always"),
+                ),
+                spark=session,
+                metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
+            )
+        finally:
+            if share is not None:
+                pipeline.DELETION_VECTORS_SHARE_MAX = share
         return time.monotonic() - t0, res
 
 

@@ -53,8 +53,9 @@ def run(
     deletion_vectors: Annotated[
         bool,
         typer.Option(
-            help="entities MERGEs write Delta deletion vectors instead of rewriting the table's files "
-            "(large catalogs, small batches; upgrades the table's protocol)"
+            help="a batch small against entities (at most a tenth of its rows) is MERGEd with Delta "
+            "deletion vectors instead of rewriting the table's files (large catalogs fed live; "
+            "upgrades the table's protocol)"
         ),
     ] = False,
     master: Master = "local[*]",

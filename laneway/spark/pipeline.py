@@ -27,7 +27,8 @@ crash, a duplicate record, or a replay of the whole topic changes nothing:
 Step 2 rewrites every file of ``entities`` that holds an updated row, and a batch's entities are
 spread over all of them: each batch copies the whole table. That is cheap at tens of thousands
 of entities and grows with the catalog; ``deletion_vectors=True`` (``--deletion-vectors``) makes
-the MERGE mark the old rows deleted instead (``ensure_tables``).
+the MERGE of a batch small against the table mark the old rows deleted instead
+(``ensure_tables``, ``_deletion_vectors_pay``).
 
 Step 2 runs first, then steps 3 and 4 side by side, in threads of their own; the quarantine
 writes another table and depends on none of them, so it runs beside all three: a Delta write
@@ -167,8 +168,10 @@ class PipelineSettings:
       ``"500ms"``, ``"1 minute"``) for a continuous run; ``STREAMING_TRIGGER`` (10 s) is
       the recommended one.
     * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
-    * ``deletion_vectors``: ``entities`` MERGEs mark replaced rows deleted (Delta deletion
-      vectors) instead of rewriting every file that holds one; enabled on the table when
+    * ``deletion_vectors``: a batch small against ``entities`` (at most
+      ``DELETION_VECTORS_SHARE_MAX`` records per row) MERGEs by marking the replaced rows
+      deleted (Delta deletion vectors) instead of rewriting every file that holds one; a
+      larger batch, which would touch most rows anyway, rewrites. Enabled on the table when
       it is created or, for an existing table, when the pipeline starts (the table's
       protocol is upgraded: its readers need deletion vector support). For catalogs of
       millions of entities fed in small live batches; see ``ensure_tables``.
@@ -447,6 +450,7 @@ class _BatchWriter:
                 _merge_entities_then_derived,
                 *(spark, self.paths, valid, latest, records),
                 check_all=not self.reports,  # the run's first batch (_merge_entities_then_derived)
+                deletion_vectors=self.settings.deletion_vectors,
             )
         if quarantined:
             logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
@@ -714,10 +718,37 @@ def _latest(valid: DataFrame) -> DataFrame:
     )
 
 
-def _merge_entities(spark: SparkSession, path: str, latest: DataFrame) -> None:
-    """Apply each entity's newest version in the batch when it is newer than the stored one."""
+#: Delta's session setting: whether a MERGE on a table with deletion vectors enabled writes them
+_MERGE_DV_CONF = "spark.databricks.delta.merge.deletionVectors.persistent"
+#: with deletion vectors on ``entities`` (``PipelineSettings.deletion_vectors``), a batch of at most
+#: this many records per row of the table MERGEs with them; a larger one rewrites the files
+DELETION_VECTORS_SHARE_MAX = 0.1
+
+
+def _deletion_vectors_pay(spark: SparkSession, path: str, records: int) -> bool:
+    """Whether a batch of ``records`` should MERGE into ``entities`` with deletion vectors.
+
+    With them a MERGE scans the table once more (to find the rows it replaces) and writes only the
+    batch's rows; without them it copies every row of every file it touches, which for a
+    batch's entities spread over the table is all of it. Batches of 3,000 records on 632,000
+    entities took 4.0 s with them against 5.3 s without; a backlog of 250,000-record batches
+    took 0.91x as long without them (BENCHMARKS.md, "Spark: session 8" and "session 12").
+    The row count comes from the table's file statistics (no data is read)."""
+    rows = spark.read.format("delta").load(path).count()
+    return records <= DELETION_VECTORS_SHARE_MAX * rows
+
+
+def _merge_entities(
+    spark: SparkSession, path: str, latest: DataFrame, *, deletion_vectors: bool | None = None
+) -> None:
+    """Apply each entity's newest version in the batch when it is newer than the stored one.
+
+    ``deletion_vectors``: whether this MERGE writes deletion vectors (the table must have them
+    enabled; ``_deletion_vectors_pay``); None: Delta's default (it does when they are enabled)."""
     from delta.tables import DeltaTable
 
+    if deletion_vectors is not None:  # read by the MERGE below, on this batch's session
+        spark.conf.set(_MERGE_DV_CONF, str(deletion_vectors).lower())
     (
         DeltaTable.forPath(spark, path)
         .alias("t")
@@ -736,9 +767,11 @@ def _merge_entities_then_derived(
     records: int,
     *,
     check_all: bool = False,
+    deletion_vectors: bool = False,
 ) -> dict[str, float]:
     """``entities``' MERGE, then ``entity_history``'s append and ``lineage_edges``' rewrite
-    (``_write_lineage``) side by side.
+    (``_write_lineage``) side by side. ``deletion_vectors``: the table has them enabled; each
+    batch's MERGE writes them when the batch is small against the table (``_deletion_vectors_pay``).
 
     The order is what keeps ``entity_history`` exactly-once without reading it whole each
     batch (``_history_suspects``): a batch killed or failed between the two commits has
@@ -757,7 +790,11 @@ def _merge_entities_then_derived(
     suspects = None if check_all else _history_suspects(spark, paths[schema.ENTITIES], valid, records)
     phases["suspects"] = time.monotonic() - mark
     mark = time.monotonic()
-    _merge_entities(spark, paths[schema.ENTITIES], latest)
+    use_dv = None
+    if deletion_vectors:
+        use_dv = _deletion_vectors_pay(spark, paths[schema.ENTITIES], records)
+        logger.debug("entities MERGE %s deletion vectors", "with" if use_dv else "without")
+    _merge_entities(spark, paths[schema.ENTITIES], latest, deletion_vectors=use_dv)
     phases["entities"] = time.monotonic() - mark
     # both read or extend what the MERGE above committed, and touch different tables; every batch
     # rewrites the edges: one whose entities' type changed (from lineage) has no lineage record
@@ -879,12 +916,13 @@ def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool
     ``deletion_vectors``: enable them on ``entities``, at creation or on the existing table.
     A MERGE without them rewrites every file holding a row it updates: ``entities`` is held
     in a few files (each MERGE writes it out in at most one per 25,000 records of its batch)
-    and a batch's entities are spread over all of them, so each batch copies the whole table. With them it
-    writes the batch's new rows and marks the old ones deleted. Measured with ``python -m
-    bench.spark_scale`` (BENCHMARKS.md, "Spark: session 8"): batches of 3,000 records on 632,000
-    entities took 4.3 s with them against 5.5 s without, the gap growing with the table; on
-    the benchmark's backlog (30,000 entities, nearly all updated in each 100,000-record batch)
-    0.89x. OPTIMIZE (``compact_every``) rewrites the files whose rows are mostly deleted.
+    and a batch's entities are spread over all of them, so each batch copies the whole table.
+    With them it writes the batch's new rows and marks the old ones deleted, which pays for a
+    batch small against the table and costs on a large one: the pipeline chooses per batch
+    (``_deletion_vectors_pay``). Measured with ``python -m bench.spark_scale`` (BENCHMARKS.md,
+    "Spark: session 12"): batches of 3,000 records on 632,000 entities took 3.8 s with them
+    against 4.4 s without; a backlog of 250,000-record batches, which rewrite, 1.03x. OPTIMIZE
+    (``compact_every``) rewrites the files whose rows are mostly deleted.
     """
     from delta.tables import DeltaTable
 

@@ -252,13 +252,20 @@ def test_lineage_edges_follow_the_entities_rows(
 
 
 def test_deletion_vectors_on_an_existing_entities_table(
-    spark: Any, kafka_bootstrap: str, catalog_topic: CatalogTopic, tmp_path: Path
+    spark: Any,
+    kafka_bootstrap: str,
+    catalog_topic: CatalogTopic,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``deletion_vectors=True`` upgrades an ``entities`` table created without them; its MERGEs
     then write deletion vectors and land the same state, history once per (entity, version)."""
     from delta.tables import DeltaTable
 
     from laneway.spark import pipeline
+
+    # every batch with them, however large against the table (test_deletion_vectors_for_small_batches)
+    monkeypatch.setattr(pipeline, "DELETION_VECTORS_SHARE_MAX", float("inf"))
 
     settings = settings_under(
         tmp_path,
@@ -284,6 +291,42 @@ def test_deletion_vectors_on_an_existing_entities_table(
     assert len(keys) == len(set(keys)) and set(keys) == {(r["entity_id"], r["version"]) for r in records}
     assert entity_state(spark, settings.warehouse) == expected_state(records)
     assert _lineage(spark, settings.warehouse) == expected_lineage(records)
+
+
+def test_deletion_vectors_for_small_batches_only(
+    spark: Any, kafka_bootstrap: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    """With deletion vectors on ``entities``, a batch small against the table MERGEs with them
+    (the replaced rows marked, none copied); a large one rewrites the files it touches, as it
+    would touch most rows anyway (``_deletion_vectors_pay``). Both land the same state."""
+    from delta.tables import DeltaTable
+
+    from laneway.spark import pipeline
+    from tests.spark.entities import _record
+
+    ids = [f"table:db.t{i}" for i in range(100)]
+    first = [_record(i, "table", 1, "create") for i in ids]
+    small = [_record(i, "table", 2, "update") for i in ids[:5]]  # 5 <= 0.1 x 100 rows
+    large = [_record(i, "table", 3, "update") for i in ids[:50]]  # 50 > 0.1 x 100 rows
+    assert pipeline.DELETION_VECTORS_SHARE_MAX == 0.1
+    topic = new_topic(kafka_admin, partitions=1)
+    settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
+    try:
+        for records in (first, small, large):
+            produce(kafka_bootstrap, topic, records)
+            assert [b.records for b in run_pipeline(settings, spark).batches] == [len(records)]
+    finally:
+        delete_topic(kafka_admin, topic)
+    table = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.ENTITIES))
+    merges = [
+        {k: int(v) for k, v in m["operationMetrics"].items()}
+        for m in table.history().where("operation = 'MERGE'").orderBy("version").collect()
+    ]
+    assert [m["numTargetRowsInserted"] for m in merges] == [100, 0, 0]
+    assert [m["numTargetRowsUpdated"] for m in merges] == [0, 5, 50]
+    assert merges[1]["numTargetDeletionVectorsAdded"] > 0 and merges[1]["numTargetRowsCopied"] == 0
+    assert merges[2]["numTargetDeletionVectorsAdded"] == 0 and merges[2]["numTargetRowsCopied"] > 0
+    assert entity_state(spark, settings.warehouse) == expected_state([*first, *small, *large])
 
 
 def test_a_record_twice_in_one_batch_lands_in_history_once(

@@ -53,7 +53,7 @@ def run(
     deletion_vectors: Annotated[
         bool,
         typer.Option(
-            help="a batch small against entities (at most a tenth of its rows) is MERGEd with Delta "
+            help="a batch small against entities (its entities at most a tenth of the rows) is MERGEd with Delta "
             "deletion vectors instead of rewriting the table's files (large catalogs fed live; "
             "upgrades the table's protocol)"
         ),

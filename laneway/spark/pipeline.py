@@ -169,7 +169,7 @@ class PipelineSettings:
       the recommended one.
     * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
     * ``deletion_vectors``: a batch small against ``entities`` (at most
-      ``DELETION_VECTORS_SHARE_MAX`` records per row) MERGEs by marking the replaced rows
+      ``DELETION_VECTORS_SHARE_MAX`` of its entities per row) MERGEs by marking the replaced rows
       deleted (Delta deletion vectors) instead of rewriting every file that holds one; a
       larger batch, which would touch most rows anyway, rewrites. Enabled on the table when
       it is created or, for an existing table, when the pipeline starts (the table's
@@ -721,12 +721,14 @@ def _latest(valid: DataFrame) -> DataFrame:
 #: Delta's session setting: whether a MERGE on a table with deletion vectors enabled writes them
 _MERGE_DV_CONF = "spark.databricks.delta.merge.deletionVectors.persistent"
 #: with deletion vectors on ``entities`` (``PipelineSettings.deletion_vectors``), a batch of at most
-#: this many records per row of the table MERGEs with them; a larger one rewrites the files
+#: this many entities per row of the table MERGEs with them; a larger one rewrites the files
 DELETION_VECTORS_SHARE_MAX = 0.1
 
 
-def _deletion_vectors_pay(spark: SparkSession, path: str, records: int) -> bool:
-    """Whether a batch of ``records`` should MERGE into ``entities`` with deletion vectors.
+def _deletion_vectors_pay(spark: SparkSession, path: str, entities: int) -> bool:
+    """Whether a batch of ``entities`` (its newest rows, one per entity: the rows the MERGE may
+    replace, however many records a hot key had) should MERGE into ``entities`` with deletion
+    vectors.
 
     With them a MERGE scans the table once more (to find the rows it replaces) and writes only the
     batch's rows; without them it copies every row of every file it touches, which for a
@@ -735,7 +737,7 @@ def _deletion_vectors_pay(spark: SparkSession, path: str, records: int) -> bool:
     took 0.91x as long without them (BENCHMARKS.md, "Spark: session 8" and "session 12").
     The row count comes from the table's file statistics (no data is read)."""
     rows = spark.read.format("delta").load(path).count()
-    return records <= DELETION_VECTORS_SHARE_MAX * rows
+    return entities <= DELETION_VECTORS_SHARE_MAX * rows
 
 
 def _merge_entities(
@@ -792,7 +794,8 @@ def _merge_entities_then_derived(
     mark = time.monotonic()
     use_dv = None
     if deletion_vectors:
-        use_dv = _deletion_vectors_pay(spark, paths[schema.ENTITIES], records)
+        # latest is persisted: counting it computes what the MERGE reads next
+        use_dv = _deletion_vectors_pay(spark, paths[schema.ENTITIES], latest.count())
         logger.debug("entities MERGE %s deletion vectors", "with" if use_dv else "without")
     _merge_entities(spark, paths[schema.ENTITIES], latest, deletion_vectors=use_dv)
     phases["entities"] = time.monotonic() - mark

@@ -306,8 +306,9 @@ def test_deletion_vectors_for_small_batches_only(
 
     ids = [f"table:db.t{i}" for i in range(100)]
     first = [_record(i, "table", 1, "create") for i in ids]
-    small = [_record(i, "table", 2, "update") for i in ids[:5]]  # 5 <= 0.1 x 100 rows
-    large = [_record(i, "table", 3, "update") for i in ids[:50]]  # 50 > 0.1 x 100 rows
+    # a hot key's records count once: the batch's entities against the table's rows
+    small = [_record(i, "table", v, "update") for i in ids[:5] for v in (2, 3, 4)]  # 5 <= 0.1 x 100
+    large = [_record(i, "table", 5, "update") for i in ids[:50]]  # 50 > 0.1 x 100
     assert pipeline.DELETION_VECTORS_SHARE_MAX == 0.1
     topic = new_topic(kafka_admin, partitions=1)
     settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
@@ -323,7 +324,7 @@ def test_deletion_vectors_for_small_batches_only(
         for m in table.history().where("operation = 'MERGE'").orderBy("version").collect()
     ]
     assert [m["numTargetRowsInserted"] for m in merges] == [100, 0, 0]
-    assert [m["numTargetRowsUpdated"] for m in merges] == [0, 5, 50]
+    assert [m["numTargetRowsUpdated"] for m in merges] == [0, 5, 50]  # 15 records: 5 entities
     assert merges[1]["numTargetDeletionVectorsAdded"] > 0 and merges[1]["numTargetRowsCopied"] == 0
     assert merges[2]["numTargetDeletionVectorsAdded"] == 0 and merges[2]["numTargetRowsCopied"] > 0
     assert entity_state(spark, settings.warehouse) == expected_state([*first, *small, *large])

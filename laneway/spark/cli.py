@@ -53,9 +53,9 @@ def run(
     deletion_vectors: Annotated[
         bool,
         typer.Option(
-            help="a batch small against entities (its entities at most a tenth of the rows) is MERGEd with Delta "
-            "deletion vectors instead of rewriting the table's files (large catalogs fed live; "
-            "upgrades the table's protocol)"
+            help="a batch small against entities (its entities at most a tenth of the rows) is "
+            "MERGEd with Delta deletion vectors instead of rewriting the table's files (large "
+            "catalogs fed live; upgrades the table's protocol)"
         ),
     ] = False,
     master: Master = "local[*]",

@@ -14,9 +14,10 @@
 Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holding a matched
 row), ``dv`` (``deletion_vectors=True``: the MERGE of a batch small against the table marks the
 old rows deleted and writes only the new ones, a larger batch rewrites) and ``dv-always`` (every
-MERGE with deletion vectors, however large the batch). ``--variants`` picks some; ``before``
-is the default pipeline of another checkout (``LANEWAY_BENCH_SPARK_BASELINE``, as in
-``bench.spark_bench``), for a change measured side by side. The landing runs go first, in a
+MERGE with deletion vectors, however large the batch, but the first into an empty table).
+``--variants`` picks some; ``before`` is the default pipeline of another checkout
+(``LANEWAY_BENCH_SPARK_BASELINE``, as in ``bench.spark_bench``), for a change measured side
+by side. The landing runs go first, in a
 fresh JVM, one variant after the other: compare the batches, which alternate. The benchmark's
 backlog (``bench.spark_bench``) updates ~97% of a 30,000-row ``entities`` per batch; this is
 the other end: a few thousand of a million.

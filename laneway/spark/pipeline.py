@@ -174,7 +174,8 @@ class PipelineSettings:
       larger batch, which would touch most rows anyway, rewrites. Enabled on the table when
       it is created or, for an existing table, when the pipeline starts (the table's
       protocol is upgraded: its readers need deletion vector support). For catalogs of
-      millions of entities fed in small live batches; see ``ensure_tables``.
+      millions of entities fed in small live batches; see ``ensure_tables``. A table that has
+      them enabled already is MERGEd the same way with or without this option.
     * ``source_options``: passed verbatim to Spark's Kafka source
       (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...), over ``SOURCE_DEFAULTS``.
     * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
@@ -352,17 +353,10 @@ def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float | N
 #:   in-memory columnar compression (dictionary and run-length encodings, chosen per column by
 #:   first gathering statistics of every value) cost 12% of a 300,000-record run's task CPU and
 #:   saved memory the batch holds for seconds (``MEMORY_AND_DISK``: a batch too big spills).
-#:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9");
-#: * Parquet writes ``schema.PLAIN_COLUMNS`` (ids, qualified names: unique values) without a
-#:   dictionary. Parquet reads ``parquet.*`` settings from the Hadoop configuration, which
-#:   Spark builds from the session's settings for each write; ``#column`` names one column.
-#:   Building and dropping dictionaries of unique values was a tenth of the time of a copy of
-#:   ``entities``; side by side, 1.02x records/s at 300,000 and at 1,000,000 records, each of
-#:   3 pairs in favour (BENCHMARKS.md, "Spark: session 12").
+#:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9").
 BATCH_CONF: Mapping[str, str] = {
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
-    **{f"parquet.enable.dictionary#{column}": "false" for column in schema.PLAIN_COLUMNS},
 }
 
 
@@ -379,6 +373,8 @@ class _BatchWriter:
         self.shuffle_partitions: int | None = None  # the session's, read on the first batch
         self.parallelism = 1
         self.local = _local(settings.warehouse) and _local(settings.checkpoint)
+        # entities has deletion vectors enabled (ensure_tables): each batch chooses whether to write them
+        self.deletion_vectors = settings.deletion_vectors
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
@@ -450,7 +446,7 @@ class _BatchWriter:
                 _merge_entities_then_derived,
                 *(spark, self.paths, valid, latest, records),
                 check_all=not self.reports,  # the run's first batch (_merge_entities_then_derived)
-                deletion_vectors=self.settings.deletion_vectors,
+                deletion_vectors=self.deletion_vectors,
             )
         if quarantined:
             logger.warning("batch %d: %d malformed records set aside in quarantine", batch_id, quarantined)
@@ -730,12 +726,16 @@ def _deletion_vectors_pay(spark: SparkSession, path: str, entities: int) -> bool
     replace, however many records a hot key had) should MERGE into ``entities`` with deletion
     vectors.
 
-    With them a MERGE scans the table once more (to find the rows it replaces) and writes only the
-    batch's rows; without them it copies every row of every file it touches, which for a
+    With them a MERGE scans the table once more (to find the rows it replaces) and writes only
+    the batch's rows; without them it copies every row of every file it touches, which for a
     batch's entities spread over the table is all of it. Batches of 3,000 records on 632,000
-    entities took 4.0 s with them against 5.3 s without; a backlog of 250,000-record batches
-    took 0.91x as long without them (BENCHMARKS.md, "Spark: session 8" and "session 12").
-    The row count comes from the table's file statistics (no data is read)."""
+    entities took 3.8 s with them against 4.4 s without; a backlog of 250,000-record batches
+    (their entities 0.4-1.0 of the table's rows) ran at 0.92x the speed with them
+    (BENCHMARKS.md, "Spark: session 12"). New entities count too, though a MERGE inserts them
+    either way: a batch of mostly new entities rewrites, as without the option.
+
+    The row count comes from the table's file statistics (no data is read; on an object store,
+    one listing of the table's log per batch)."""
     rows = spark.read.format("delta").load(path).count()
     return entities <= DELETION_VECTORS_SHARE_MAX * rows
 
@@ -749,7 +749,9 @@ def _merge_entities(
     enabled; ``_deletion_vectors_pay``); None: Delta's default (it does when they are enabled)."""
     from delta.tables import DeltaTable
 
-    if deletion_vectors is not None:  # read by the MERGE below, on this batch's session
+    if deletion_vectors is not None:
+        # read by the MERGE below, on this batch's session (the query's own); it reaches every
+        # MERGE of the session, but entities is the only table with deletion vectors enabled
         spark.conf.set(_MERGE_DV_CONF, str(deletion_vectors).lower())
     (
         DeltaTable.forPath(spark, path)
@@ -912,9 +914,10 @@ def _merge_quarantine(spark: SparkSession, path: str, parsed: DataFrame) -> None
 DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
-def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool = False) -> None:
+def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool = False) -> bool:
     """Create the Delta tables under ``warehouse`` when they do not exist yet (side by side:
-    each creation is a Delta commit, mostly driver time).
+    each creation is a Delta commit, mostly driver time). Returns whether ``entities`` has
+    deletion vectors enabled, by this call or before it (an earlier run with them, its owner).
 
     ``deletion_vectors``: enable them on ``entities``, at creation or on the existing table.
     A MERGE without them rewrites every file holding a row it updates: ``entities`` is held
@@ -924,8 +927,9 @@ def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool
     batch small against the table and costs on a large one: the pipeline chooses per batch
     (``_deletion_vectors_pay``). Measured with ``python -m bench.spark_scale`` (BENCHMARKS.md,
     "Spark: session 12"): batches of 3,000 records on 632,000 entities took 3.8 s with them
-    against 4.4 s without; a backlog of 250,000-record batches, which rewrite, 1.03x. OPTIMIZE
-    (``compact_every``) rewrites the files whose rows are mostly deleted.
+    against 4.4 s without; a backlog of 250,000-record batches, which now rewrite, runs as
+    fast as without the option. OPTIMIZE (``compact_every``) rewrites the files whose rows are
+    mostly deleted.
     """
     from delta.tables import DeltaTable
 
@@ -939,13 +943,15 @@ def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool
             f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({schema.TABLE_DDL[table]}) USING DELTA "
             f"TBLPROPERTIES ({props})"
         )
-        if deletion_vectors and table == schema.ENTITIES:
-            detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
-            if detail is None or detail["properties"].get(DELETION_VECTORS) != "true":
-                # a table created before: upgraded once, not on every start
-                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')")
 
     _run_concurrently(spark, {table: functools.partial(create, table) for table in schema.TABLES})
+    path = schema.table_path(warehouse, schema.ENTITIES)
+    detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
+    if detail is not None and detail["properties"].get(DELETION_VECTORS) == "true":
+        return True
+    if deletion_vectors:  # a table created before: upgraded once, not on every start
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')")
+    return deletion_vectors
 
 
 def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWriter) -> Any:
@@ -1009,7 +1015,11 @@ def run_pipeline(
     )
     writer = _BatchWriter(settings, metrics if metrics is not None else _default_metrics())
     try:
-        ensure_tables(session, settings.warehouse, deletion_vectors=settings.deletion_vectors)
+        # a table with deletion vectors enabled before gets the per-batch choice too: without it,
+        # Delta would write them in every MERGE, large batches included
+        writer.deletion_vectors = ensure_tables(
+            session, settings.warehouse, deletion_vectors=settings.deletion_vectors
+        )
         try:
             query = _stream(session, settings, writer)
         except Exception as exc:  # Py4JJavaError / StreamingQueryException while starting

@@ -24,7 +24,6 @@ __all__ = [
     "ENTITY_TYPES",
     "LINEAGE_EDGES",
     "OPS",
-    "PLAIN_COLUMNS",
     "QUARANTINE",
     "RECORD_FIELDS",
     "REQUIRED_FIELDS",
@@ -117,14 +116,6 @@ TABLE_PROPERTIES: Final[dict[TableName, dict[str, str]]] = {
     LINEAGE_EDGES: {"delta.dataSkippingStatsColumns": "edge_id,source_id,target_id"},
     QUARANTINE: {"delta.dataSkippingStatsColumns": "topic,kafka_partition,kafka_offset"},
 }
-
-# Columns whose values are (nearly) unique by construction: an entity's id and qualified name,
-# an edge's id. Parquet starts every column chunk dictionary-encoded, finds after its first page
-# that the dictionary saves nothing, and falls back to plain encoding, having built the
-# dictionary for that page's values. These are written plain from the start
-# (``laneway.spark.pipeline.BATCH_CONF``); every other column (names, owners, types, an edge's
-# ends, which repeat) is encoded as Parquet chooses. Readers see no difference but the encoding.
-PLAIN_COLUMNS: Final = ("entity_id", "qualified_name", "edge_id")
 
 
 def record_schema() -> str:

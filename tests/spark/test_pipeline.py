@@ -298,7 +298,9 @@ def test_deletion_vectors_for_small_batches_only(
 ) -> None:
     """With deletion vectors on ``entities``, a batch small against the table MERGEs with them
     (the replaced rows marked, none copied); a large one rewrites the files it touches, as it
-    would touch most rows anyway (``_deletion_vectors_pay``). Both land the same state."""
+    would touch most rows anyway (``_deletion_vectors_pay``). Both land the same state. A run
+    without the option on a table that has them chooses the same way (Delta's default would
+    write them in every MERGE)."""
     from delta.tables import DeltaTable
 
     from laneway.spark import pipeline
@@ -313,9 +315,10 @@ def test_deletion_vectors_for_small_batches_only(
     topic = new_topic(kafka_admin, partitions=1)
     settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
     try:
-        for records in (first, small, large):
+        for records, option in ((first, True), (small, False), (large, False)):
             produce(kafka_bootstrap, topic, records)
-            assert [b.records for b in run_pipeline(settings, spark).batches] == [len(records)]
+            run = dataclasses.replace(settings, deletion_vectors=option)
+            assert [b.records for b in run_pipeline(run, spark).batches] == [len(records)]
     finally:
         delete_topic(kafka_admin, topic)
     table = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.ENTITIES))
@@ -369,31 +372,3 @@ def test_batch_settings_stay_on_the_query_session(spark: Any, landed: Landed) ->
     assert landed.result.records  # the pipeline ran on this session
     for key, value in BATCH_CONF.items():
         assert spark.conf.get(key, None) != value, key
-
-
-def _dictionary_columns(spark: Any, path: str) -> dict[str, bool]:
-    """Per column of one of the table's Parquet files: whether its first row group has a dictionary."""
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    data = next(p for p in Path(path).rglob("*.parquet"))
-    source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
-        jvm.org.apache.hadoop.fs.Path(str(data)), conf
-    )
-    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
-    try:
-        block = reader.getFooter().getBlocks().get(0)
-        return {c.getPath().toDotString(): c.hasDictionaryPage() for c in block.getColumns()}
-    finally:
-        reader.close()
-
-
-def test_unique_columns_are_written_without_a_dictionary(spark: Any, landed: Landed) -> None:
-    """``schema.PLAIN_COLUMNS`` are written plain (``BATCH_CONF``), the other columns as Parquet
-    chooses: with a dictionary when their values repeat."""
-    history = _dictionary_columns(spark, schema.table_path(landed.warehouse, schema.ENTITY_HISTORY))
-    # an entity's versions repeat its id and qualified name: Parquet would choose a dictionary
-    assert history["entity_id"] is False
-    assert history["qualified_name"] is False
-    assert history["entity_type"] is True
-    edges = _dictionary_columns(spark, schema.table_path(landed.warehouse, schema.LINEAGE_EDGES))
-    assert edges["edge_id"] is False

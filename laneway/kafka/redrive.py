@@ -13,7 +13,12 @@ to their original topic, they go to their original partition (see :func:`redrive
 A dead letter that had to leave its value out (``laneway.dropped``: the record was near the
 size limit, ``laneway.kafka.dlq``) is re-sent with the original record's value and headers,
 read from its original topic, partition and offset; when that record is no longer there
-(retention), the redrive stops before sending anything and names it.
+(retention), the redrive stops before sending anything and names it. A record its target
+refuses (its redrive header takes an original within ~45 bytes of ``max.message.bytes`` over
+it) stops the redrive with an error naming the letter: its transaction is aborted, so it is
+neither visible to read_committed readers nor in the ledger, and the next redrive, once the
+limit is raised, sends it and skips what was recorded. Records are batched within the smallest
+target's ``max.message.bytes``, so letters that fit one by one are never refused together.
 
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
@@ -44,6 +49,7 @@ from laneway.kafka.admin import (
     connect,
     describe_topic,
 )
+from laneway.kafka.producer import ProduceError
 from laneway.kafka.transactions import TransactionalProducer
 
 __all__ = [
@@ -413,8 +419,34 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
     return out
 
 
-def _targets(admin: AdminClient, letters: Sequence[DeadLetter], to: str | None) -> dict[str, int]:
-    """Each distinct target topic and its partition count; raise for a missing one."""
+_TOO_LARGE = frozenset(
+    {confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE}
+)
+#: the broker's default max.message.bytes, for a topic that does not report one
+_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+def _refused(letter: DeadLetter, error: ProduceError, *, in_batch: int, recorded: int) -> RedriveError:
+    """The error for a letter its target refused: which one, why, and what was and was not sent."""
+    kerr = error.kafka_error
+    why = (
+        f"the record, with the redrive's header ({h.REDRIVE_ID}, ~45 bytes), is over "
+        f"{error.topic}'s max.message.bytes"
+        if kerr is not None and kerr.code() in _TOO_LARGE
+        else str(error)
+    )
+    return RedriveError(
+        f"{error.topic} refused dead letter {letter.ledger_key}: {why}. The transaction of the "
+        f"{in_batch} letter(s) sent with it was aborted (read_committed readers never see them; none "
+        f"is in the ledger); {recorded} letter(s) before them were sent and recorded. Fix the cause "
+        "(for a size: raise the topic's max.message.bytes) and redrive again: what was recorded is skipped"
+    )
+
+
+def _targets(
+    admin: AdminClient, letters: Sequence[DeadLetter], to: str | None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Each distinct target topic's partition count and ``max.message.bytes``; raise for a missing one."""
     names: set[str] = set()
     for letter in letters:
         target = to or letter.original_topic
@@ -423,13 +455,15 @@ def _targets(admin: AdminClient, letters: Sequence[DeadLetter], to: str | None) 
                 f"record {letter.ledger_key} has no {h.ORIGINAL_TOPIC} header; pass --to TOPIC"
             )
         names.add(target)
-    out = {}
+    partitions, limits = {}, {}
     for name in sorted(names):
         try:
-            out[name] = len(describe_topic(admin, name).partitions)
+            described = describe_topic(admin, name)
         except UnknownTopicError:
             raise RedriveError(f"redrive target topic {name!r} does not exist") from None
-    return out
+        partitions[name] = len(described.partitions)
+        limits[name] = int(described.config.get("max.message.bytes", _DEFAULT_MAX_MESSAGE_BYTES))
+    return partitions, limits
 
 
 def _planned_partition(letter: DeadLetter, target: str, partitions: dict[str, int]) -> int | None:
@@ -490,7 +524,7 @@ def redrive(
     chosen = [x for x in letters if force or x.ledger_key not in ledger]
     if limit is not None:
         chosen = chosen[:limit]
-    partitions = _targets(admin, chosen, to)
+    partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
@@ -503,12 +537,15 @@ def redrive(
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped)
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
+    # the broker refuses a batch of records over the topic's limit whole, however small each
+    # record: no batch over the smallest target's limit (librdkafka's batch.size counts the records
+    # and their framing before compression)
     producer = TransactionalProducer(
         bootstrap,
         transactional_id=f"laneway-redrive-{dlq_topic}",
         key_serde="bytes",
         value_serde="bytes",
-        extra={"logger": client_logger},
+        extra={"logger": client_logger, "batch.size": min(1_000_000, *limits.values())},
     )
     with producer:
         for start in range(0, len(chosen), batch_size):
@@ -531,7 +568,10 @@ def redrive(
                     raise RedriveError("the re-sent records were not acknowledged in time")
                 now = datetime.now(UTC).isoformat()
                 for letter, fut in zip(batch, futures, strict=True):
-                    meta = fut.result(0)
+                    try:
+                        meta = fut.result(0)
+                    except ProduceError as exc:  # the transaction is aborted on the way out
+                        raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
                     entry = {
                         "redrive_id": redrive_id,
                         "target_topic": meta.topic,

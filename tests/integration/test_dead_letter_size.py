@@ -4,6 +4,8 @@ a left-out value back from the original topic, and stops, sending nothing, when 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -116,3 +118,75 @@ def test_the_producers_own_size_limit_is_refused_locally_and_the_letter_sent_lig
     assert info[h.DROPPED] == "traceback,message" and h.TRACEBACK not in info
     assert letter.value() == value  # type: ignore[attr-defined]
     assert info[h.ORIGINAL_TOPIC] == "orders" and info[h.ORIGINAL_OFFSET] == "7"
+
+
+def test_a_redrive_refused_by_its_target_names_the_letter_and_loses_nothing(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """Letters that fit one by one go back even when two would not fit in one request. A letter
+    its target refuses (over ``max.message.bytes``) stops the redrive with an error naming it;
+    its transaction is aborted, so nothing of it is visible or in the ledger, and once the limit
+    is raised a second redrive sends it, skipping what the first recorded."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from laneway.kafka.redrive import read_ledger
+
+    topic = make_topic(partitions=1, config=SMALL)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    origin = [(h.ORIGINAL_TOPIC, topic.encode()), (h.ORIGINAL_PARTITION, b"0"), (h.ORIGINAL_OFFSET, b"0")]
+    values = {b"a": os.urandom(12_000), b"b": os.urandom(12_000)}  # each fits, both together do not
+    for key, value in values.items():
+        p.produce(dlq, key=key, value=value, headers=origin)
+        assert p.flush(10) == 0
+    assert len(redrive(kafka_bootstrap, dlq).moved) == 2
+
+    values[b"c"] = os.urandom(LIMIT + 100)  # incompressible: over the limit however it is sent
+    p.produce(dlq, key=b"c", value=values[b"c"], headers=origin)
+    assert p.flush(10) == 0
+    with pytest.raises(
+        RedriveError,
+        match=rf"{topic} refused dead letter {dlq}/0/2: the record.* is over .*max\.message\.bytes",
+    ):
+        redrive(kafka_bootstrap, dlq)
+    assert f"{dlq}/0/2" not in read_ledger(kafka_bootstrap, dlq)
+    visible = _read_committed(kafka_bootstrap, topic)
+    assert visible == {b"a": values[b"a"], b"b": values[b"b"]}
+
+    raised = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", str(2 * LIMIT), incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    kafka_admin.incremental_alter_configs([raised])[raised].result(30)
+    report = redrive(kafka_bootstrap, dlq)
+    assert [m.dlq_offset for m in report.moved] == [2] and len(report.skipped) == 2
+    assert _read_committed(kafka_bootstrap, topic) == values
+
+
+def _read_committed(bootstrap: str, topic: str) -> dict[bytes | None, bytes | None]:
+    """Every record a read_committed reader sees on ``topic``, by key."""
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"committed-{os.urandom(4).hex()}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: dict[bytes | None, bytes | None] = {}
+        idle = 0
+        while idle < 4:
+            batch = [m for m in c.consume(100, 0.5) if m.error() is None]
+            idle = 0 if batch else idle + 1
+            out.update((m.key(), m.value()) for m in batch)
+        return out
+    finally:
+        c.close()

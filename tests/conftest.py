@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -48,7 +49,16 @@ def make_topic(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
         )
         futures[name].result(timeout=30)
         created.append(name)
-        return name
+        # the controller has created it; the broker serves its metadata a moment later (KRaft:
+        # once it has applied the record), and until then a metadata request says it is unknown
+        deadline = time.monotonic() + 30
+        while True:
+            topic = kafka_admin.list_topics(name, timeout=10).topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+                return name
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name} created but not in the broker's metadata after 30 s")
+            time.sleep(0.05)
 
     yield make
     if created:

@@ -24,6 +24,7 @@ from laneway.engine.events import Event
 from laneway.engine.processor import format_error
 from laneway.kafka import headers as h
 from laneway.kafka.logs import librdkafka_logger
+from laneway.kafka.producer import TOO_LARGE
 
 __all__ = ["KafkaDeadLetters", "dead_letter_headers"]
 
@@ -33,8 +34,6 @@ _CLIENT_LOG = librdkafka_logger("laneway.kafka.client.dlq")  # librdkafka's line
 _MAX_TRACEBACK = 8000
 #: the error message kept in a letter that had to leave its traceback out
 _SHORT_MESSAGE = 500
-#: the error codes of a record over the producer's or the broker's size limit
-_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
 _Header = tuple[str, str | bytes | None]
@@ -141,7 +140,7 @@ class KafkaDeadLetters:
             try:
                 producer.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered)
             except KafkaException as exc:
-                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in _TOO_LARGE:
+                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in TOO_LARGE:
                     raise _TooLarge(str(exc)) from exc
                 raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
             except Exception as exc:  # BufferError: unknown topic
@@ -154,7 +153,7 @@ class KafkaDeadLetters:
             raise DeadLetterError(f"no acknowledgement from {topic} within {self._timeout:.0f}s")
         err = outcome[0]
         if err is not None:
-            if err.code() in _TOO_LARGE:
+            if err.code() in TOO_LARGE:
                 raise _TooLarge(str(err))
             raise DeadLetterError(f"{topic} refused the dead letter: {err}")
 

@@ -41,6 +41,7 @@ from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve
 
 __all__ = [
+    "TOO_LARGE",
     "Acks",
     "Batching",
     "Compression",
@@ -54,6 +55,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 _CLIENT_LOG = librdkafka_logger("laneway.kafka.client.producer")  # librdkafka's lines (laneway.kafka.logs)
+
+#: the error codes of a record (or a request of records) over the producer's or the broker's size limit
+TOO_LARGE = frozenset(
+    {confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE}
+)
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 Acks = Literal["all", "1", "0"]

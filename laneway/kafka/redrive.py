@@ -49,7 +49,7 @@ from laneway.kafka.admin import (
     connect,
     describe_topic,
 )
-from laneway.kafka.producer import ProduceError
+from laneway.kafka.producer import TOO_LARGE, ProduceError
 from laneway.kafka.transactions import TransactionalProducer
 
 __all__ = [
@@ -419,9 +419,6 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
     return out
 
 
-_TOO_LARGE = frozenset(
-    {confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE}
-)
 #: the broker's default max.message.bytes, for a topic that does not report one
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -432,7 +429,7 @@ def _refused(letter: DeadLetter, error: ProduceError, *, in_batch: int, recorded
     why = (
         f"the record, with the redrive's header ({h.REDRIVE_ID}, ~45 bytes), is over "
         f"{error.topic}'s max.message.bytes"
-        if kerr is not None and kerr.code() in _TOO_LARGE
+        if kerr is not None and kerr.code() in TOO_LARGE
         else str(error)
     )
     return RedriveError(

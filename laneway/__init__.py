@@ -5,9 +5,9 @@ and the exception tree rooted at :class:`LanewayError`.
 """
 
 from laneway.app import App, AppSettings
-from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
 from laneway.engine.events import Event
 from laneway.engine.policies import Backpressure, Delay, Retry
+from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
 
 __all__ = [
     "App",

@@ -26,10 +26,10 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from laneway.engine.errors import ConfigError
 from laneway.engine.handlers import HandlerFn, HandlerSpec
 from laneway.engine.policies import Backpressure, Delay, OnFailure, Ordering, Retry
 from laneway.engine.processor import Processor
+from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.ops.metrics import HealthServer, PrometheusMetrics

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from laneway.engine.errors import ConfigError
 from laneway.engine.events import Event
 from laneway.engine.policies import Delay, OnFailure, Ordering, Retry, is_number
+from laneway.errors import ConfigError
 
 __all__ = ["DeadLetterSink", "HandlerFn", "HandlerSpec"]
 
@@ -19,7 +19,7 @@ HandlerFn = Callable[[Event], Any] | Callable[[Event], Awaitable[Any]]
 
 class DeadLetterSink(Protocol):
     """Where exhausted and unreadable events go. ``send`` blocks until the record is durable
-    and raises :class:`~laneway.engine.errors.DeadLetterError` when it cannot be."""
+    and raises :class:`~laneway.errors.DeadLetterError` when it cannot be."""
 
     def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None: ...
 

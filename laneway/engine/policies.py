@@ -1,6 +1,6 @@
 """Per-handler and per-app policies: frozen, keyword-only, validated at construction.
 
-Each raises :class:`~laneway.engine.errors.ConfigError` naming the bad field.
+Each raises :class:`~laneway.errors.ConfigError` naming the bad field.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from laneway.engine.errors import ConfigError
+from laneway.errors import ConfigError
 
 __all__ = ["Backpressure", "Delay", "OnFailure", "Ordering", "Retry"]
 

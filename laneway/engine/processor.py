@@ -35,12 +35,12 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from laneway.engine.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
 from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.offsets import OffsetTracker
 from laneway.engine.timer import Timer
+from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
 
 __all__ = ["EventLoop", "PartitionState", "Processor"]
 

@@ -35,7 +35,7 @@ import confluent_kafka
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
-from laneway.engine.errors import LanewayError
+from laneway.errors import LanewayError
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = [

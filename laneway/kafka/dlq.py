@@ -19,9 +19,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from laneway.engine.errors import DeadLetterError
 from laneway.engine.events import Event
 from laneway.engine.processor import format_error
+from laneway.errors import DeadLetterError
 from laneway.kafka import headers as h
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.producer import TOO_LARGE

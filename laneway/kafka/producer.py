@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import confluent_kafka
 
-from laneway.engine.errors import LanewayError
+from laneway.errors import LanewayError
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
-from laneway.engine.errors import LanewayError
+from laneway.errors import LanewayError
 
 __all__ = [
     "BytesSerde",

@@ -32,10 +32,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from laneway.engine.errors import LanewayError
 from laneway.engine.events import Event, Output
 from laneway.engine.policies import Backpressure
 from laneway.engine.processor import Processor
+from laneway.errors import LanewayError
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.engine.errors import ConfigError, LanewayError
+from laneway.errors import ConfigError, LanewayError
 
 __all__ = ["load_app", "register"]
 

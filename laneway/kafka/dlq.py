@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from laneway.engine.events import Event
-from laneway.engine.processor import format_error
+from laneway.engine.outcomes import format_error
 from laneway.errors import DeadLetterError
 from laneway.kafka import headers as h
 from laneway.kafka.logs import librdkafka_logger

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway import ConfigError, Delay, HandlerFailed, Retry
-from laneway.engine import processor as processor_module
+from laneway.engine import cost as cost_module
+from laneway.engine import lanes as lanes_module
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.metrics import NoopMetrics
@@ -485,7 +486,7 @@ def test_a_handler_turning_slow_hands_its_chunk_back(
     make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a generous budget: however noisy the no-op's measured cost, 200 lanes make one chunk
-    monkeypatch.setattr(processor_module, "_CHUNK_BUDGET", 0.05)
+    monkeypatch.setattr(cost_module, "CHUNK_BUDGET", 0.05)
     slow = threading.Event()
     active, peak = [0], [0]
     lock = threading.Lock()
@@ -518,7 +519,7 @@ def test_cheap_plain_handlers_run_on_the_submitting_thread_until_one_is_slow(
 ) -> None:
     # a no-op's measured cost includes GIL waits inside the call: on a loaded machine it can
     # pass the 50 us bar; 5 ms keeps the test about the mechanism (the slow call takes 20 ms)
-    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)
     slow = threading.Event()
     ran_on: dict[int, str] = {}
 
@@ -620,20 +621,20 @@ def test_threads_follow_the_handler_cost_up_and_back_down(
 
 def _counting_lanes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     made = [0]
-    new_lane = processor_module._new_lane
+    new_lane = lanes_module.new_lane
 
     def counting(*args: object) -> object:
         made[0] += 1
         return new_lane(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(processor_module, "_new_lane", counting)
+    monkeypatch.setattr(lanes_module, "new_lane", counting)
     return made
 
 
 def test_a_cheap_handler_runs_idle_keys_without_making_lanes(
     make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)  # see the test above
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)  # see the test above
     ran: list[tuple[int, str]] = []
 
     def handle(ev: Event) -> None:
@@ -658,7 +659,7 @@ def test_a_cheap_handler_runs_idle_keys_without_making_lanes(
 def test_running_on_the_submitter_keeps_each_key_in_order_through_failures(
     make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)
     rng = random.Random(7)
     succeeded: dict[bytes, list[int]] = {}
     lock = threading.Lock()
@@ -687,7 +688,7 @@ def test_running_on_the_submitter_keeps_each_key_in_order_through_failures(
 def test_a_key_waiting_on_a_retry_is_not_overtaken_by_its_next_event(
     make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processor_module, "_INLINE_COST", 0.005)
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)
     order: list[tuple[bytes | None, int, int]] = []
 
     def handle(ev: Event) -> None:

@@ -1,0 +1,336 @@
+"""The lane table: events placed in lanes, heads taken to run, finished heads marked done.
+
+A lane is a FIFO of events that must run one at a time (same key, or same partition, or a
+single event in ``unordered`` mode). A lane is *scheduled* while it sits in a ready queue,
+runs, or waits on the timer; only then can it run, so a lane never runs two events at once.
+After each event a non-empty lane goes to the back of the ready queue, so a hot lane with a
+deep queue gets one turn in line like any other.
+
+Threads: the table's lanes, its memory counters and every
+:class:`~laneway.engine.partitions.PartitionState` are guarded by :attr:`LaneTable.lock`, a
+:class:`FinishingLock`. Submitters (consumer threads) place events under it; workers take
+heads under it; a worker that finishes heads while another thread holds it leaves them in
+the lock's mailbox, and the holder finishes them as it lets go.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Mapping
+
+from laneway.engine.events import Event, TopicPartition
+from laneway.engine.handlers import HandlerSpec
+from laneway.engine.partitions import PartitionState
+
+__all__ = ["DirectRun", "FinishingLock", "Head", "Lane", "LaneTable", "lane_id", "new_lane"]
+
+
+class Lane(deque[tuple[Event, PartitionState]]):
+    """A lane: its FIFO of (event, partition state) is the deque itself (one object per lane,
+    not two: a lane is created for most events when keys are many)."""
+
+    __slots__ = ("id", "spec")
+    id: Hashable
+    spec: HandlerSpec
+
+
+#: a lane's head taken to run: (lane, event, its partition's state)
+Head = tuple[Lane, Event, PartitionState]
+#: a run of one partition's events to run on the submitting thread: (state, spec, where it
+#: starts in the list of such events)
+DirectRun = tuple[PartitionState, HandlerSpec, int]
+
+
+def lane_id(spec: HandlerSpec, ev: Event) -> Hashable:
+    """The lane ``ev`` runs in (the processor's submit inlines this): None for a lane of its
+    own (``unordered``)."""
+    if spec.ordering == "key" and ev.key is not None:
+        return (ev.topic, ev.key)
+    if spec.ordering == "unordered":
+        return None
+    return (ev.topic, ev.partition, None)
+
+
+def new_lane(lane_id: Hashable, spec: HandlerSpec, item: tuple[Event, PartitionState]) -> Lane:
+    lane = Lane((item,))
+    lane.id = lane_id
+    lane.spec = spec
+    return lane
+
+
+class FinishingLock:
+    """The processor's lock, which a worker finishing events never waits for: a lock with a
+    mailbox that its holder drains.
+
+    A worker that finds it taken leaves its finished heads in :attr:`pending` and goes on
+    (:meth:`LaneTable.finish`); whoever holds the lock finishes them as it lets go. With
+    hundreds of worker threads, one of them losing the GIL while it held a plain lock made
+    the others queue on it, one GIL hand-off each (a convoy: most of the CPU an event cost
+    at concurrency 256). The conditions built on it finish what is pending before they wait.
+    """
+
+    __slots__ = ("_finish", "_raw", "pending")
+
+    def __init__(
+        self, finish: Callable[[list[Head]], list[Lane]], dispatch: Callable[[list[Lane]], None]
+    ) -> None:
+        self._raw = threading.Lock()
+        #: heads whose handler succeeded, not yet marked done
+        self.pending: deque[Head] = deque()
+        self._finish = (finish, dispatch)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._raw.acquire(blocking, timeout)
+
+    def __enter__(self) -> bool:
+        return self._raw.acquire()
+
+    def release(self) -> None:
+        raw, pending = self._raw, self.pending
+        finish, dispatch = self._finish
+        while True:
+            more: list[Lane] = []
+            try:
+                if pending:
+                    done: list[Head] = []
+                    while pending:
+                        done.append(pending.popleft())
+                    more = finish(done)
+            finally:
+                raw.release()
+            if more:
+                dispatch(more)
+            # a worker may have left heads after the check above, when it could not take the
+            # lock: if nobody holds it now, they are this thread's to finish
+            if not pending or not raw.acquire(False):
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _is_owned(self) -> bool:  # for threading.Condition
+        return self._raw.locked()
+
+
+class LaneTable:
+    """The lanes by id, the events and bytes they hold, the lock and the conditions on it.
+
+    ``dispatch`` schedules lanes that have more to run after a finish from the lock's mailbox.
+    """
+
+    __slots__ = (
+        "bytes_in_memory",
+        "changed",
+        "events_in_memory",
+        "lanes",
+        "lock",
+        "room",
+        "room_at",
+        "room_waiters",
+        "waiters",
+    )
+
+    def __init__(self, dispatch: Callable[[list[Lane]], None]) -> None:
+        self.lock = FinishingLock(self.finish_locked, dispatch)
+        # Condition takes any lock with acquire/release (typeshed lists only threading's own)
+        self.changed = threading.Condition(self.lock)  # type: ignore[arg-type]
+        #: threads waiting on :attr:`changed` (drain, revoke): notified only when there are some
+        self.waiters = 0
+        # the consumers waiting for room are woken only once there is room, not at every
+        # finished event: each wake-up costs them, and the workers, a GIL hand-off
+        self.room = threading.Condition(self.lock)  # type: ignore[arg-type]
+        self.room_waiters = 0
+        self.room_at = -1
+        self.lanes: dict[Hashable, Lane] = {}
+        self.events_in_memory = 0
+        self.bytes_in_memory = 0
+
+    # ------------------------------------------------------------------ with the lock held
+
+    def place(
+        self,
+        events: Iterable[Event],
+        owner: object,
+        states: Mapping[TopicPartition, PartitionState],
+        handlers: Mapping[str, HandlerSpec],
+        here: frozenset[str],
+    ) -> tuple[int, list[Lane], list[Event], list[DirectRun]]:
+        """Put events (in partition order) into their lanes; returns how many were accepted, the
+        new lanes to dispatch, and the events of idle lanes of ``here``'s topics, to run on the
+        submitting thread without a lane, with the :data:`DirectRun` of each partition among them.
+
+        Events of partitions not assigned to ``owner`` are ignored. A direct event's partition
+        counts it as running from here on.
+        """
+        to_dispatch: list[Lane] = []
+        direct: list[Event] = []
+        runs: list[DirectRun] = []
+        accepted = nbytes = 0
+        lanes = self.lanes
+        last: tuple[str, int] | None = None
+        state: PartitionState | None = None
+        spec: HandlerSpec | None = None
+        run_here = False
+        offsets: list[int] = []  # of the current run, for its tracker
+        for ev in events:
+            topic, partition = ev.topic, ev.partition
+            if last is None or partition != last[1] or topic != last[0]:
+                # a poll batch comes in runs of one partition: look its state up once per run
+                if offsets and state is not None:
+                    state.tracker.extend(offsets)
+                    offsets = []
+                last = (topic, partition)
+                state, spec = states.get(last), handlers.get(topic)
+                if state is not None and state.owner is not owner:
+                    state = None  # another consumer's now: this one lost it
+                run_here = topic in here
+                if run_here and state is not None and spec is not None:
+                    runs.append((state, spec, len(direct)))
+            if state is None or spec is None:
+                continue
+            offsets.append(ev.offset)
+            accepted += 1
+            nbytes += ev.size
+            ordering = spec.ordering
+            if ordering == "key" and ev.key is not None:
+                lid: Hashable = (topic, ev.key)
+            elif ordering == "unordered":
+                lid = None
+            else:
+                lid = (topic, partition, None)
+            if lid is not None:
+                lane = lanes.get(lid)
+                if lane is not None:
+                    lane.append((ev, state))
+                    continue
+            if run_here:
+                direct.append(ev)
+                continue
+            lane = new_lane(lid, spec, (ev, state))
+            if lid is not None:
+                lanes[lid] = lane
+            to_dispatch.append(lane)
+        if offsets and state is not None:
+            state.tracker.extend(offsets)
+        for i, (state, _, first) in enumerate(runs):
+            state.running += (runs[i + 1][2] if i + 1 < len(runs) else len(direct)) - first
+        self.events_in_memory += accepted
+        self.bytes_in_memory += nbytes
+        return accepted, to_dispatch, direct, runs
+
+    def notify(self) -> None:
+        """Wake the waiters on :attr:`changed`, and those on :attr:`room` once there is room."""
+        if self.waiters:
+            self.changed.notify_all()
+        if 0 <= self.events_in_memory <= self.room_at:
+            self.room.notify_all()
+
+    def finish_locked(self, done: list[Head]) -> list[Lane]:
+        """Mark these heads done; return their lanes that have more to run."""
+        more: list[Lane] = []
+        lanes = self.lanes
+        for lane, ev, state in done:
+            state.running -= 1
+            state.tracker.done(ev.offset)
+            if ev.outputs:
+                state.outputs.append((ev.offset, ev.outputs))
+            events = lane
+            events.popleft()
+            self.events_in_memory -= 1
+            self.bytes_in_memory -= ev.size
+            if events:
+                more.append(lane)
+            elif lane.id is not None and lanes.get(lane.id) is lane:
+                del lanes[lane.id]
+        self.notify()
+        return more
+
+    # ------------------------------------------------------------------ taking the lock
+
+    def take_heads(self, lanes: list[Lane]) -> list[Head]:
+        """Take each lane's head to run, dropping events of revoked partitions."""
+        heads: list[Head] = []
+        with self.lock:
+            for lane in lanes:
+                events = lane
+                while events:
+                    ev, state = events[0]
+                    if not state.revoked:
+                        state.running += 1
+                        heads.append((lane, ev, state))
+                        break
+                    events.popleft()
+                    self.events_in_memory -= 1
+                    self.bytes_in_memory -= ev.size
+                else:
+                    if lane.id is not None and self.lanes.get(lane.id) is lane:
+                        del self.lanes[lane.id]
+                    if self.waiters:
+                        self.changed.notify_all()
+            if 0 <= self.events_in_memory <= self.room_at:
+                self.room.notify_all()
+        return heads
+
+    def finish(self, done: list[Head]) -> list[Lane]:
+        """Mark these heads done (one lock for all); return their lanes that have more to run.
+
+        When another thread holds the lock, the heads are left in its mailbox and their lanes
+        are dispatched from there: nothing is returned.
+        """
+        lock = self.lock
+        if lock.acquire(False):
+            try:
+                return self.finish_locked(done)
+            finally:
+                lock.release()
+        lock.pending.extend(done)
+        # the holder may have let go between the two steps, before it could see them
+        if lock.acquire(False):
+            lock.release()
+        return []
+
+    def release(self, states: list[PartitionState]) -> None:
+        """These heads stay in their lanes (a retry, a halt, a hand-back): no longer running."""
+        with self.lock:
+            for state in states:
+                state.running -= 1
+            if self.waiters:
+                self.changed.notify_all()
+
+    def wait_until_empty(self, timeout: float, stop: Callable[[], bool]) -> bool:
+        """Wait until no event is held, or ``stop()``; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.waiters += 1
+            try:
+                while self.events_in_memory > 0 and not stop():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.changed.wait(min(left, 0.5))
+            finally:
+                self.waiters -= 1
+        return self.events_in_memory == 0
+
+    def wait_for_room(
+        self, max_events: int, max_bytes: int, timeout: float, stop: Callable[[], bool]
+    ) -> bool:
+        """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
+        held; True when they are, False on timeout or ``stop()``."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.room_waiters += 1
+            self.room_at = max_events  # consumers share one Backpressure: the same bound
+            try:
+                while self.events_in_memory > max_events or self.bytes_in_memory > max_bytes:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or stop():
+                        return False
+                    self.room.wait(left)
+            finally:
+                self.room_waiters -= 1
+                if not self.room_waiters:
+                    self.room_at = -1
+        return True

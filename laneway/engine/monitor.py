@@ -1,0 +1,98 @@
+"""The monitor: watches the workers' running calls from threads of its own.
+
+It hands back a chunk's heads not started while one of its calls runs long, so a usually cheap
+handler that blocks holds only its own lane; and, when a plain handler has a timeout, its
+watchdog reports calls running past it. Its threads start in :meth:`Monitor.start`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from laneway.engine.cost import STEAL_AFTER, STEAL_TICK
+from laneway.engine.lanes import Head
+
+if TYPE_CHECKING:
+    from laneway.engine.workers import Engine
+
+__all__ = ["Monitor", "take_all"]
+
+logger = logging.getLogger("laneway.engine.processor")
+
+
+class Monitor:
+    """Watches running calls: hands back a chunk's heads not started while one of its calls runs
+    past :data:`~laneway.engine.cost.STEAL_AFTER`, and reports plain handlers running past their
+    timeout (the watchdog). Its registries are written by workers and read by its threads,
+    item by item (atomic dict operations, no lock)."""
+
+    __slots__ = ("_engine", "_timeouts", "chunks", "watched")
+
+    def __init__(self, engine: Engine, timeouts: list[float]) -> None:
+        self._engine = engine
+        self._timeouts = timeouts
+        #: chunks running, plain and async: [heads not started, start of the current call]
+        self.chunks: dict[int, list[Any]] = {}
+        #: sync attempts under a timeout, by worker thread: [started, event, timeout, reported]
+        self.watched: dict[int, list[Any]] = {}
+
+    def start(self) -> None:
+        threading.Thread(target=self._overruns, name="laneway-overrun", daemon=True).start()
+        if self._timeouts:
+            tick = max(0.05, min(self._timeouts) / 4)
+            threading.Thread(
+                target=self._watchdog, args=(tick,), name="laneway-watchdog", daemon=True
+            ).start()
+
+    def _overruns(self) -> None:
+        """Hand back the heads a chunk has not started while one of its calls has run past
+        :data:`STEAL_AFTER`: a usually cheap handler that blocks on one call holds only that
+        call's lane. Handed back, they are dispatched again as after an overrun."""
+        perf, engine = time.perf_counter, self._engine
+        while not engine.closed:
+            time.sleep(STEAL_TICK)
+            now = perf()
+            for pending, started in list(self.chunks.values()):
+                if pending and now - started > STEAL_AFTER:
+                    rest = take_all(pending)
+                    if rest:
+                        logger.debug(
+                            "a call has run %.2fs: %d lane(s) of its chunk handed back",
+                            now - started,
+                            len(rest),
+                        )
+                        engine.hand_back(rest)
+
+    def _watchdog(self, tick: float) -> None:
+        """Report plain handlers running past their timeout while they run (a thread cannot be
+        interrupted: the attempt goes on, and its outcome decides as usual)."""
+        perf, engine = time.perf_counter, self._engine
+        while not engine.closed:
+            time.sleep(tick)
+            now = perf()
+            for watch in list(self.watched.values()):
+                t0, ev, timeout, reported = watch
+                if not reported and now - t0 > timeout:
+                    watch[3] = True
+                    engine.metrics.stuck(ev.topic)
+                    logger.warning(
+                        "handler for %s has run %.1fs on %r, past its %.2fs timeout (still running)",
+                        ev.topic,
+                        now - t0,
+                        ev,
+                        timeout,
+                    )
+
+
+def take_all(pending: deque[Head]) -> list[Head]:
+    """Empty ``pending`` with atomic pops (another thread may pop too: none is taken twice)."""
+    rest = []
+    while True:
+        try:
+            rest.append(pending.popleft())
+        except IndexError:
+            return rest

@@ -1,0 +1,444 @@
+"""The workers: a thread pool for plain handlers, an asyncio pool for ``async def`` ones, and
+the monitor that watches their calls.
+
+Both pools run *chunks*: lists of lanes whose heads one worker runs one after the other (see
+docs/internals.md). A :class:`ChunkRun` holds one chunk's bookkeeping (which heads are left,
+handler time, successes and failures), so the plain loop and the async loop differ only in
+the call: ``fn(ev)`` against ``await fn(ev)``.
+
+Threads: a :class:`ThreadPool`'s workers start on demand (``grow``); the
+:class:`AsyncPool` runs one event loop on a thread of its own, started in ``start()``, never
+in a constructor. The :class:`~laneway.engine.monitor.Monitor` watches their calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, Protocol
+
+from laneway.engine.cost import CHUNK_OVERRUN, CostModel
+from laneway.engine.events import Event
+from laneway.engine.lanes import Head, Lane, LaneTable
+from laneway.engine.metrics import Metrics
+from laneway.engine.monitor import Monitor, take_all
+from laneway.engine.outcomes import check_result, deserialize
+from laneway.engine.partitions import PartitionState
+from laneway.errors import ConfigError
+
+__all__ = ["AsyncPool", "ChunkRun", "Engine", "EventLoop", "ThreadPool", "loop_factory"]
+
+#: the asyncio pool's loop: uvloop when installed ("auto"), or either one explicitly
+EventLoop = Literal["auto", "asyncio", "uvloop"]
+
+logger = logging.getLogger("laneway.engine.processor")
+
+#: a head whose attempt failed, with its error
+Failed = tuple[Lane, Event, PartitionState, BaseException]
+
+
+class Engine(Protocol):
+    """What the workers need of the processor."""
+
+    table: LaneTable
+    cost: CostModel
+    metrics: Metrics
+    fatal: BaseException | None
+    closed: bool
+
+    def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
+
+    def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
+
+    def needs_thread(self, lane: Lane, ev: Event, err: BaseException) -> bool: ...
+
+    def hand_back(self, rest: list[Head]) -> None: ...
+
+    def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
+
+    def halt(self, error: BaseException) -> None: ...
+
+
+class ChunkRun:
+    """One worker's turn through a chunk's heads (a chunk is of one topic).
+
+    The heads not started yet wait in a deque the monitor may empty: a call that blocks then
+    holds its own lane only. Both sides take heads with ``popleft``, atomic, so none runs twice.
+    """
+
+    __slots__ = ("_engine", "_guard", "_monitor", "busy", "failed", "heads", "ok", "pending", "ran", "took")
+
+    def __init__(self, engine: Engine, monitor: Monitor, heads: list[Head]) -> None:
+        self._engine, self._monitor = engine, monitor
+        self.heads = len(heads)
+        self.pending = deque(heads)
+        self._guard: list[Any] | None = None
+        if len(heads) > 1:
+            self._guard = monitor.chunks[id(self.pending)] = [self.pending, time.perf_counter()]
+        self.ok: list[Head] = []
+        self.failed: list[Failed] = []
+        self.busy = 0.0  # handler seconds so far
+        self.took: list[float] = []  # handler seconds of each success, for the metrics
+        self.ran = 0
+
+    def next(self) -> Head | None:
+        """The next head to run; None when the chunk is done or has overrun its budget."""
+        pending = self.pending
+        while True:
+            try:
+                item = pending.popleft()
+            except IndexError:  # empty, or taken by the monitor meanwhile
+                return None
+            if self.busy > CHUNK_OVERRUN and self.ran:
+                pending.appendleft(item)  # left for close() to hand back
+                return None
+            if self._engine.fatal is not None:
+                self._engine.table.release([item[2]])
+                continue
+            self.ran += 1
+            ev = item[1]
+            if ev.outputs is not None:
+                ev.outputs = None  # what a failed attempt emitted is discarded
+            return item
+
+    def start(self) -> float:
+        t0 = time.perf_counter()
+        if self._guard is not None:
+            self._guard[1] = t0
+        return t0
+
+    def end(self, item: Head, t0: float, err: BaseException | None) -> None:
+        t1 = time.perf_counter()
+        self.busy += t1 - t0
+        if err is None:
+            self.took.append(t1 - t0)
+            self.ok.append(item)
+        else:
+            self.failed.append((*item, err))
+
+    def unguard(self) -> None:
+        if self._guard is not None:
+            self._monitor.chunks.pop(id(self.pending), None)
+
+    def close(self, topic: str) -> list[Lane]:
+        """Learn the cost, give back what an overrun left, count the successes and finish them;
+        returns their lanes that have more to run. When the calls overran the chunk's budget and
+        heads went back to the pool, their cost is the estimate now (the history is dropped)."""
+        engine = self._engine
+        if self.busy > CHUNK_OVERRUN and self.ran < self.heads:
+            engine.cost.forget(topic)
+        engine.cost.learn(topic, max(1, self.ran), self.busy)
+        if self.pending:
+            engine.hand_back(take_all(self.pending))
+        if self.took:
+            engine.metrics.processed(topic, self.took)
+        return engine.table.finish(self.ok) if self.ok else []
+
+
+class ThreadPool:
+    """Worker threads for plain handlers, started on demand up to ``max_threads`` (as
+    ThreadPoolExecutor's): a cheap handler's chunks keep a few busy, and idle threads cost no
+    stack memory."""
+
+    __slots__ = ("_engine", "_monitor", "_spawn_lock", "idle", "max_threads", "ready", "threads")
+
+    def __init__(self, engine: Engine, monitor: Monitor, max_threads: int) -> None:
+        self._engine, self._monitor = engine, monitor
+        self.max_threads = max_threads
+        self.ready: queue.SimpleQueue[list[Lane] | None] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+        # one token per worker thread waiting for a chunk: list append/pop are atomic, no lock
+        self.idle: list[None] = []
+        self._spawn_lock = threading.Lock()
+
+    def put(self, chunks: list[list[Lane]]) -> None:
+        put = self.ready.put
+        for chunk in chunks:
+            put(chunk)
+        if chunks:
+            self.grow()
+
+    def grow(self) -> None:
+        """Start worker threads while more chunks wait than idle workers, up to what the cost
+        model allows. The pool at most doubles per call (a worker that finds chunks waiting
+        calls it too), so a burst queued before a handler is measured does not start every
+        thread; a slow handler's backlog reaches ``max_threads`` in a few rounds."""
+        allowed = self._engine.cost.threads_allowed(self.max_threads)
+        if self.ready.qsize() <= len(self.idle) or len(self.threads) >= allowed:
+            return
+        with self._spawn_lock:
+            missing = min(
+                self.ready.qsize() - len(self.idle), allowed - len(self.threads), max(1, len(self.threads))
+            )
+            if self._engine.closed or missing <= 0:
+                return
+            new = [
+                threading.Thread(
+                    target=self._work, name=f"laneway-worker-{len(self.threads) + i}", daemon=True
+                )
+                for i in range(missing)
+            ]
+            # started before they are listed: an observer of threads (health checks) never
+            # sees a thread that is not running yet (a new one that retires at once waits
+            # for this lock, so it is listed by then)
+            for t in new:
+                t.start()
+            self.threads.extend(new)
+
+    def _work(self) -> None:
+        engine, ready, lock, idle = self._engine, self.ready, self._spawn_lock, self.idle
+        while True:
+            idle.append(None)
+            chunk = ready.get()
+            idle.pop()
+            if chunk is None:
+                return
+            self.grow()
+            try:
+                while chunk:
+                    more = self.run_chunk(chunk)
+                    if not more:
+                        break
+                    if not ready.empty():
+                        # others wait for a worker: this chunk's next turn is at the back of the line
+                        ready.put(more)
+                        break
+                    chunk = more
+            except Exception as exc:  # a bug in the engine itself: stop rather than lose work
+                engine.halt(exc)
+            allowed = engine.cost.threads_allowed(self.max_threads)
+            if len(self.threads) > 2 * allowed + 2:
+                # the handler got cheaper: fewer threads will do (with slack, so a cost near a
+                # boundary does not start and stop threads over and over)
+                with lock:
+                    if len(self.threads) > 2 * allowed + 2 and not engine.closed:
+                        self.threads.remove(threading.current_thread())
+                        return
+
+    def run_chunk(self, chunk: list[Lane]) -> list[Lane]:
+        """Run the head of each lane in ``chunk`` on this thread; return the lanes with more."""
+        engine, monitor = self._engine, self._monitor
+        heads = engine.table.take_heads(chunk)
+        if not heads:
+            return []
+        run = ChunkRun(engine, monitor, heads)
+        ident = threading.get_ident()
+        try:
+            while (item := run.next()) is not None:
+                ev, spec = item[1], item[0].spec
+                t0 = run.start()
+                watch = None
+                if spec.timeout is not None:
+                    watch = monitor.watched[ident] = [t0, ev, spec.timeout, False]
+                err: BaseException | None = None
+                try:
+                    if spec.deserializer is not None and ev.attempt == 1:
+                        ev.payload = deserialize(spec, ev)
+                    if (result := spec.fn(ev)) is not None:
+                        check_result(result)
+                except BaseException as exc:
+                    err = exc
+                run.end(item, t0, err)
+                if watch is not None:
+                    self._unwatch(ident, watch, time.perf_counter() - t0)
+        finally:
+            run.unguard()
+        more = run.close(heads[0][0].spec.topic)
+        for lane, ev, state, failure in run.failed:
+            engine.after(lane, ev, state, failure)
+        return engine.continue_(more) if more else more
+
+    def _unwatch(self, ident: int, watch: list[Any], elapsed: float) -> None:
+        self._monitor.watched.pop(ident, None)
+        _, ev, timeout, reported = watch
+        if not reported and elapsed > timeout:
+            self._engine.metrics.stuck(ev.topic)
+            logger.warning(
+                "handler for %s ran %.2fs on %r, past its %.2fs timeout", ev.topic, elapsed, ev, timeout
+            )
+
+    def close(self, deadline: float) -> None:
+        with self._spawn_lock:
+            threads = list(self.threads)
+        for _ in threads:
+            self.ready.put(None)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class AsyncPool:
+    """``concurrency`` tasks on one event loop, on a thread of its own."""
+
+    __slots__ = (
+        "_concurrency",
+        "_engine",
+        "_monitor",
+        "_new_loop",
+        "aready",
+        "aturns",
+        "heartbeat",
+        "loop",
+        "loop_ident",
+        "thread",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        monitor: Monitor,
+        concurrency: int,
+        new_loop: Callable[[], asyncio.AbstractEventLoop],
+    ) -> None:
+        self._engine, self._monitor = engine, monitor
+        self._concurrency = concurrency
+        self._new_loop = new_loop
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_ident: int | None = None
+        self.aready: asyncio.Queue[list[Lane] | None] | None = None
+        #: chunks the async workers have started: a worker that finds it moved during its own
+        #: chunk was suspended meanwhile (one loop thread runs them all; see _worker)
+        self.aturns = 0
+        #: when the loop last ran its half-second beat: an ``async def`` handler that blocks (a
+        #: time.sleep in it) stops the loop and this with it
+        self.heartbeat: float | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), name="laneway-asyncio", daemon=True)
+        self.thread.start()
+        started.wait()
+
+    def put(self, chunks: list[list[Lane]]) -> None:
+        loop, aready = self.loop, self.aready
+        assert loop is not None and aready is not None
+        if threading.get_ident() == self.loop_ident:
+            for chunk in chunks:
+                aready.put_nowait(chunk)
+        else:
+            loop.call_soon_threadsafe(_put_all, aready, chunks)
+
+    def _run(self, started: threading.Event) -> None:
+        loop = self._new_loop()
+        asyncio.set_event_loop(loop)
+        self.loop = loop
+        self.loop_ident = threading.get_ident()
+        self.aready = asyncio.Queue()
+        workers = [loop.create_task(self._worker()) for _ in range(self._concurrency)]
+
+        def beat() -> None:
+            self.heartbeat = time.monotonic()
+            if not self._engine.closed:
+                loop.call_later(0.5, beat)
+
+        beat()
+        started.set()
+        try:
+            loop.run_until_complete(asyncio.gather(*workers))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _worker(self) -> None:
+        assert self.aready is not None
+        aready = self.aready
+        while True:
+            chunk = await aready.get()
+            if chunk is None:
+                return
+            while chunk:
+                self.aturns += 1
+                turn = self.aturns
+                more = await self.run_chunk(chunk)
+                if not more:
+                    break
+                # let the loop take in what the source submitted before this lane's next turn;
+                # a chunk during which another worker started one has let the loop run already
+                # (an I/O handler, at each await): a turn of the loop per event cost it ~8%
+                if self.aturns == turn:
+                    await asyncio.sleep(0)
+                if not aready.empty():
+                    aready.put_nowait(more)
+                    break
+                chunk = more
+
+    async def run_chunk(self, chunk: list[Lane]) -> list[Lane]:
+        """:meth:`ThreadPool.run_chunk` for ``async def`` handlers, on the event loop."""
+        engine = self._engine
+        heads = engine.table.take_heads(chunk)
+        if not heads:
+            return []
+        run = ChunkRun(engine, self._monitor, heads)
+        try:
+            while (item := run.next()) is not None:
+                ev, spec = item[1], item[0].spec
+                t0 = run.start()
+                err: BaseException | None = None
+                try:
+                    if spec.deserializer is not None and ev.attempt == 1:
+                        ev.payload = deserialize(spec, ev)
+                    if spec.timeout is None:
+                        await spec.fn(ev)
+                    else:
+                        # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
+                        # another, whose KeyboardInterrupt/SystemExit escape the loop)
+                        async with asyncio.timeout(spec.timeout):
+                            await spec.fn(ev)
+                except asyncio.CancelledError as exc:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # this worker is being cancelled
+                    err = exc  # the handler's own CancelledError: a failure like any other
+                except TimeoutError as exc:
+                    engine.metrics.stuck(ev.topic)
+                    err = exc
+                    logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
+                except BaseException as exc:
+                    err = exc
+                run.end(item, t0, err)
+        finally:
+            run.unguard()
+        more = run.close(heads[0][0].spec.topic)
+        for lane, ev, state, failure in run.failed:
+            if engine.needs_thread(lane, ev, failure):
+                # dead-lettering blocks on the producer: keep it off the event loop
+                await asyncio.get_running_loop().run_in_executor(
+                    None, engine.after_safe, lane, ev, state, failure
+                )
+            else:
+                engine.after_safe(lane, ev, state, failure)
+        return engine.continue_(more) if more else more
+
+    def close(self, deadline: float) -> None:
+        if self.loop is not None and self.aready is not None:
+            aready = self.aready
+            for _ in range(self._concurrency):
+                self.loop.call_soon_threadsafe(aready.put_nowait, None)
+            if self.thread is not None:
+                self.thread.join(max(0.1, deadline - time.monotonic()))
+
+
+def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop when asked for, or when installed and ``kind`` is auto (its timers and callbacks
+    cost about half of asyncio's); else asyncio's own loop."""
+    if kind not in ("auto", "asyncio", "uvloop"):
+        raise ConfigError("event_loop", f"must be auto, asyncio or uvloop, got {kind!r}")
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise ConfigError("event_loop", "uvloop is not installed (pip install uvloop)") from None
+        else:
+            return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+def _put_all(aready: asyncio.Queue[list[Lane] | None], chunks: Iterable[list[Lane]]) -> None:
+    for chunk in chunks:
+        aready.put_nowait(chunk)

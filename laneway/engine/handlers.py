@@ -37,6 +37,9 @@ class HandlerSpec:
     dead_letter_topic: str | None = None
     deserializer: Callable[[bytes | None], Any] | None = None
     timeout: float | None = None
+    #: the events are full snapshots of their key: when a lane holds several, only the newest
+    #: runs, and the older are marked done unrun (counted); never an older after a newer
+    conflate: bool = False
     is_async: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +73,10 @@ class HandlerSpec:
             is_number(self.timeout) and math.isfinite(self.timeout) and self.timeout > 0
         ):
             raise ConfigError("timeout", f"must be a number of seconds > 0, got {self.timeout!r}")
+        if not isinstance(self.conflate, bool):
+            raise ConfigError("conflate", f"must be True or False, got {self.conflate!r}")
+        if self.conflate and self.ordering != "key":
+            raise ConfigError("conflate", f"needs ordering='key' (a lane per key), got {self.ordering!r}")
         if not callable(self.fn):
             raise ConfigError("handler", f"{self.fn!r} is not callable")
 

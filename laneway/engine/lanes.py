@@ -123,6 +123,7 @@ class LaneTable:
     __slots__ = (
         "bytes_in_memory",
         "changed",
+        "conflated",
         "events_in_memory",
         "lanes",
         "lock",
@@ -146,6 +147,8 @@ class LaneTable:
         self.lanes: dict[Hashable, Lane] = {}
         self.events_in_memory = 0
         self.bytes_in_memory = 0
+        #: events of conflating handlers marked done unrun (a newer one of their key ran)
+        self.conflated = 0
 
     # ------------------------------------------------------------------ with the lock held
 
@@ -250,11 +253,14 @@ class LaneTable:
     # ------------------------------------------------------------------ taking the lock
 
     def take_heads(self, lanes: list[Lane]) -> list[Head]:
-        """Take each lane's head to run, dropping events of revoked partitions."""
+        """Take each lane's head to run, dropping events of revoked partitions. A conflating
+        lane's older events are marked done first (:meth:`_conflate`): its newest runs."""
         heads: list[Head] = []
         with self.lock:
             for lane in lanes:
                 events = lane
+                if len(events) > 1 and lane.spec.conflate:
+                    self._conflate(lane)
                 while events:
                     ev, state = events[0]
                     if not state.revoked:
@@ -272,6 +278,17 @@ class LaneTable:
             if 0 <= self.events_in_memory <= self.room_at:
                 self.room.notify_all()
         return heads
+
+    def _conflate(self, lane: Lane) -> None:
+        """Mark done every event of ``lane`` but its newest (the lock is held, the lane is not
+        running): each is a snapshot its newer one replaces. Counted in :attr:`conflated`."""
+        while len(lane) > 1:
+            ev, state = lane.popleft()
+            self.events_in_memory -= 1
+            self.bytes_in_memory -= ev.size
+            if not state.revoked:
+                state.tracker.done(ev.offset)
+                self.conflated += 1
 
     def finish(self, done: list[Head]) -> list[Lane]:
         """Mark these heads done (one lock for all); return their lanes that have more to run.

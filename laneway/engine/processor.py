@@ -69,7 +69,9 @@ class Processor:
             raise ConfigError("handlers", "at least one handler must be registered")
         self._handlers = dict(handlers)
         self._direct_ok = frozenset(
-            t for t, sp in self._handlers.items() if not (sp.is_async or sp.delay or sp.timeout)
+            t
+            for t, sp in self._handlers.items()
+            if not (sp.is_async or sp.delay or sp.timeout or sp.conflate)
         )
         self._dead_letters = dead_letters
         self.metrics: Metrics = metrics or NoopMetrics()
@@ -258,6 +260,7 @@ class Processor:
             "bytes_in_memory": self.table.bytes_in_memory,
             "lanes": len(self.table.lanes),
             "parked": self._parked,
+            "conflated": self.table.conflated,
         }
 
     def close(self, timeout: float = 10.0) -> None:

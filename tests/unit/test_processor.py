@@ -724,3 +724,35 @@ def test_wait_for_room_returns_once_the_workers_free_it(
     assert proc.wait_for_room(10, 1 << 30, timeout=10)
     assert proc.events_in_memory <= 10
     assert proc.drain(10)
+
+
+def test_a_conflating_lane_runs_only_its_newest_event_and_marks_the_older_done(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    gate = threading.Event()
+    ran: list[tuple[bytes | None, int]] = []
+
+    def handle(ev: Event) -> None:
+        gate.wait(5)
+        ran.append((ev.key, ev.offset))
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle, conflate=True), concurrency=4, partitions=1)
+    # key a's first event runs (held at the gate) while 4 more of it and 2 of key b queue behind
+    proc.submit([Event("t", 0, 0, b"a", b"v", size=1)])
+    wait_for(lambda: proc.events_in_memory == 1 and proc.gauges()["lanes"] == 1)
+    proc.submit([Event("t", 0, i, b"a" if i < 5 else b"b", b"v", size=1) for i in range(1, 7)])
+    gate.set()
+    assert proc.drain(5)
+    a_runs = [o for k, o in ran if k == b"a"]
+    assert a_runs[0] == 0 and a_runs[-1] == 4  # the first, then straight to the newest
+    assert a_runs == sorted(a_runs)  # never an older after a newer
+    assert len(a_runs) < 5  # some were conflated away
+    conflated = proc.gauges()["conflated"]
+    assert conflated == 7 - len(ran)  # every event ran or was counted as conflated, none lost
+    assert proc.final_positions() == {("t", 0): 7}  # all of them are done: the commit passes them
+
+
+def test_conflation_needs_key_ordering() -> None:
+    with pytest.raises(ConfigError) as info:
+        HandlerSpec(topic="t", fn=lambda ev: None, ordering="partition", conflate=True)
+    assert info.value.field == "conflate"

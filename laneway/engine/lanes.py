@@ -177,6 +177,8 @@ class LaneTable:
         spec: HandlerSpec | None = None
         run_here = False
         offsets: list[int] = []  # of the current run, for its tracker
+        skip: set[int] | None = None  # the current run's offsets finished before a restart
+        skipped: list[tuple[PartitionState, int]] = []
         for ev in events:
             topic, partition = ev.topic, ev.partition
             if last is None or partition != last[1] or topic != last[0]:
@@ -191,9 +193,13 @@ class LaneTable:
                 run_here = topic in here
                 if run_here and state is not None and spec is not None:
                     runs.append((state, spec, len(direct)))
+                skip = state.skip if state is not None else None
             if state is None or spec is None:
                 continue
             offsets.append(ev.offset)
+            if skip and ev.offset in skip:
+                skipped.append((state, ev.offset))  # done, unrun, once its tracker has it
+                continue
             accepted += 1
             nbytes += ev.size
             ordering = spec.ordering
@@ -217,6 +223,10 @@ class LaneTable:
             to_dispatch.append(lane)
         if offsets and state is not None:
             state.tracker.extend(offsets)
+        for state, offset in skipped:
+            state.skip.discard(offset)
+            state.tracker.done(offset)
+            state.skipped += 1
         for i, (state, _, first) in enumerate(runs):
             state.running += (runs[i + 1][2] if i + 1 < len(runs) else len(direct)) - first
         self.events_in_memory += accepted

@@ -72,6 +72,13 @@ class OffsetTracker:
         else:
             self._done.add(offset)
 
+    def finished_beyond(self) -> list[int]:
+        """The finished offsets after the position (the lowest unfinished one), in no order."""
+        pending, done = self._pending, self._done
+        while pending and pending[0] in done:
+            done.discard(pending.popleft())
+        return list(done)
+
     @property
     def in_process(self) -> int:
         return len(self._pending) - len(self._done)

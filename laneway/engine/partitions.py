@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from laneway.engine import gaps
 from laneway.engine.events import Output, TopicPartition
 from laneway.engine.offsets import OffsetTracker
 
@@ -34,6 +35,12 @@ class PartitionState:
     owner: object = None
     #: records emitted by finished events, waiting for the commit position to pass them
     outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
+    #: offsets finished before the last commit's owner stopped (read from its metadata): when
+    #: they come again they are marked done unrun, and counted in ``skipped``
+    skip: set[int] = field(default_factory=set)
+    skipped: int = 0
+    #: what the last :meth:`Ledger.commits` returned: (position, finished beyond it)
+    committed: tuple[int, int] | None = None
 
 
 class Ledger:
@@ -46,13 +53,45 @@ class Ledger:
         #: revoked partitions with outputs below their last commit position, not yet produced
         self.retired: dict[TopicPartition, PartitionState] = {}
 
-    def assign(self, tps: Iterable[TopicPartition], owner: object) -> None:
-        """A fresh state per partition; one another owner still held is marked revoked."""
+    def assign(
+        self,
+        tps: Iterable[TopicPartition],
+        owner: object,
+        finished: Mapping[TopicPartition, set[int]] | None = None,
+    ) -> None:
+        """A fresh state per partition; one another owner still held is marked revoked.
+        ``finished``: per partition, offsets past its committed position that are done already
+        (from the commit's metadata): they are skipped when they come."""
         for tp in tps:
             old = self.states.get(tp)
             if old is not None:
                 old.revoked = True
-            self.states[tp] = PartitionState(tp, owner=owner)
+            state = self.states[tp] = PartitionState(tp, owner=owner)
+            if finished and tp in finished:
+                state.skip = set(finished[tp])
+
+    def commits(self, owner: object, max_metadata: int) -> dict[TopicPartition, tuple[int, str | None]]:
+        """Per partition of ``owner`` whose position or finished offsets beyond it changed since
+        the last call: the position, and the finished offsets beyond it encoded for the commit's
+        metadata (:mod:`~laneway.engine.gaps`); None when there are none, or when the text would
+        pass ``max_metadata`` characters (the broker's ``offset.metadata.max.bytes``): then the
+        plain position is committed, never a commit the broker refuses."""
+        out: dict[TopicPartition, tuple[int, str | None]] = {}
+        for tp, state in self.states.items():
+            if state.owner is not owner:
+                continue
+            tracker = state.tracker
+            pos = tracker.position()
+            if pos is None:
+                continue
+            beyond = tracker.finished_beyond()
+            mark = (pos, len(beyond))
+            if mark == state.committed:
+                continue
+            state.committed = mark
+            text = gaps.encode(pos, beyond) if beyond else None
+            out[tp] = (pos, text if text is None or len(text) <= max_metadata else None)
+        return out
 
     def owned(self, tp: TopicPartition, owner: object) -> PartitionState | None:
         state = self.states.get(tp)

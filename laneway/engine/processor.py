@@ -133,13 +133,33 @@ class Processor:
 
     # ------------------------------------------------------------------ source side
 
-    def assign(self, tps: Iterable[TopicPartition], owner: object = None) -> None:
+    def assign(
+        self,
+        tps: Iterable[TopicPartition],
+        owner: object = None,
+        finished: Mapping[TopicPartition, set[int]] | None = None,
+    ) -> None:
         """Start tracking partitions for ``owner`` (a fresh state each time a partition is
-        assigned; one another owner still held is dropped, as on a revoke without commit)."""
+        assigned; one another owner still held is dropped, as on a revoke without commit).
+        ``finished``: offsets past each committed position done before a restart (the commit's
+        metadata), skipped when they come."""
         if not self._started:
             self.start()
         with self._lock:
-            self._ledger.assign(tps, owner)
+            self._ledger.assign(tps, owner, finished)
+
+    def commits(
+        self, owner: object = None, max_metadata: int = 4096
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """:meth:`positions` with the finished offsets beyond each as commit metadata, for the
+        partitions whose position or finished offsets changed (see :meth:`Ledger.commits`)."""
+        with self._lock:
+            return self._ledger.commits(owner, max_metadata)
+
+    def skipped(self) -> int:
+        """Records skipped since start: finished before a restart, read from commit metadata."""
+        with self._lock:
+            return sum(s.skipped for s in self._ledger.states.values())
 
     def submit(self, events: Iterable[Event], owner: object = None) -> int:
         """Queue events (in partition order); returns how many were accepted. Events of

@@ -756,3 +756,64 @@ def test_conflation_needs_key_ordering() -> None:
     with pytest.raises(ConfigError) as info:
         HandlerSpec(topic="t", fn=lambda ev: None, ordering="partition", conflate=True)
     assert info.value.field == "conflate"
+
+
+def test_offsets_finished_before_a_restart_are_skipped_and_the_rest_run(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    """A stuck key holds the position; the others finish. The commit's metadata carries what
+    finished beyond it, and a new owner given it runs only what had not finished."""
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"stuck":
+            gate.wait(10)
+        ran.append(ev.offset)
+
+    spec = HandlerSpec(topic="t", fn=handle)
+    proc, _ = make(spec, concurrency=4, partitions=1)
+    evs = [Event("t", 0, i, b"stuck" if i in (0, 5) else f"k{i}".encode(), b"v", size=1) for i in range(40)]
+    proc.submit(evs)
+    wait_for(lambda: len(ran) == 38)  # all but the stuck key's two
+    commit = proc.commits()
+    pos, meta = commit[("t", 0)]
+    assert pos == 0 and meta is not None
+    assert proc.commits() == {}  # nothing changed since
+    gate.set()
+    assert proc.drain(5)
+
+    # a restart: a new processor assigned with what the metadata says, fed the same records
+    from laneway.engine import gaps
+
+    ran.clear()
+    proc2, _ = make(spec, concurrency=4, partitions=0)
+    proc2.assign([("t", 0)], finished={("t", 0): gaps.decode(pos, meta)})
+    proc2.submit([Event(e.topic, e.partition, e.offset, e.key, e.value, size=1) for e in evs])
+    assert proc2.drain(5)
+    assert sorted(ran) == [0, 5]  # only the unfinished ran again
+    assert proc2.skipped() == 38
+    assert proc2.final_positions() == {("t", 0): 40}
+
+
+def test_metadata_over_the_limit_commits_the_plain_position(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    gate = threading.Event()
+
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            gate.wait(10)
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle), concurrency=4, partitions=1)
+    # every other offset finished: a bitmap of ~2,000 offsets
+    proc.submit(
+        [Event("t", 0, i, b"a" if i % 2 == 0 else f"k{i}".encode(), b"v", size=1) for i in range(4000)]
+    )
+    wait_for(lambda: proc.events_in_memory == 2000)
+    try:
+        ((pos, meta),) = proc.commits(max_metadata=64).values()
+        assert pos == 0 and meta is None  # over 64 characters: the position alone
+    finally:
+        gate.set()
+    assert proc.drain(10)

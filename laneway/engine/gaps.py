@@ -1,0 +1,87 @@
+"""The finished offsets beyond a commit position, as text for the commit's metadata.
+
+A partition's commit position is its lowest unfinished offset; records after it may be
+finished already (other keys ran on). Committed with the position, they need not run again
+after a restart: the next owner reads them back and skips them.
+
+The encoding is versioned text, ``lw1`` then one of two forms, whichever is shorter:
+
+* ``r`` runs: ``gap+length`` pairs in hexadecimal, comma-separated; each gap counts from the
+  end of the run before (the first from the position), e.g. position 100 and finished 102,
+  103, 110 give ``lw1r2+2,7+1``;
+* ``b`` bitmap: bit *i* says whether offset position + 1 + *i* is finished, base64url without
+  padding, least significant bit first in each byte.
+
+The position itself is never finished (it is the lowest unfinished), so offsets start after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+
+__all__ = ["VERSION", "decode", "encode"]
+
+#: the prefix of every encoding this module writes
+VERSION = "lw1"
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def encode(position: int, finished: Iterable[int]) -> str:
+    """The shorter of the runs and the bitmap encodings of ``finished`` (each > ``position``)."""
+    rel = sorted(o - position - 1 for o in finished)
+    if not rel:
+        return f"{VERSION}r"
+    if rel[0] < 0:
+        raise ValueError(f"a finished offset at or below the position {position}")
+    runs: list[str] = []
+    end = 0  # the first relative offset after the previous run
+    start = prev = rel[0]
+    for o in rel[1:]:
+        if o == prev + 1:
+            prev = o
+            continue
+        runs.append(f"{start - end:x}+{prev - start + 1:x}")
+        end, start, prev = prev + 1, o, o
+    runs.append(f"{start - end:x}+{prev - start + 1:x}")
+    as_runs = "r" + ",".join(runs)
+    if len(as_runs) <= 8 + rel[-1] // 6:  # the bitmap takes ~ 4 characters per 24 bits
+        return VERSION + as_runs
+    bits = bytearray(rel[-1] // 8 + 1)
+    for o in rel:
+        bits[o >> 3] |= 1 << (o & 7)
+    as_bitmap = "b" + base64.urlsafe_b64encode(bytes(bits)).decode().rstrip("=")
+    return VERSION + min(as_runs, as_bitmap, key=len)
+
+
+def decode(position: int, text: str) -> set[int]:
+    """The finished offsets ``text`` encodes for ``position``; ValueError when it is not one
+    of this module's encodings."""
+    if not text.startswith(VERSION) or len(text) < len(VERSION) + 1:
+        raise ValueError(f"not a Laneway gap encoding: {text[:40]!r}")
+    form, body = text[len(VERSION)], text[len(VERSION) + 1 :]
+    out: set[int] = set()
+    if form == "r":
+        end = 0
+        for item in body.split(",") if body else []:
+            gap, sep, length = item.partition("+")
+            if not sep:
+                raise ValueError(f"a run without its length: {item!r}")
+            start, n = end + int(gap, 16), int(length, 16)
+            if n < 1 or int(gap, 16) < 0:
+                raise ValueError(f"an empty or negative run: {item!r}")
+            out.update(range(position + 1 + start, position + 1 + start + n))
+            end = start + n
+        return out
+    if form == "b":
+        if not _BASE64URL.fullmatch(body) or len(body) % 4 == 1:
+            raise ValueError(f"a bitmap that is not base64url: {body[:40]!r}")
+        bits = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        for i, byte in enumerate(bits):
+            while byte:
+                low = byte & -byte
+                out.add(position + 1 + i * 8 + low.bit_length() - 1)
+                byte ^= low
+        return out
+    raise ValueError(f"an unknown form {form!r} in {text[:40]!r}")

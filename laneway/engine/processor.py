@@ -104,9 +104,10 @@ class Processor:
         self.metrics.observe_engine(self.gauges)
 
     def start(self) -> None:
-        """Start the asyncio pool (with ``async def`` handlers) and the monitor; idempotent."""
+        """Start the asyncio pool (with ``async def`` handlers) and the monitor; idempotent, and
+        nothing once closed."""
         with self._start_lock:
-            if self._started:
+            if self._started or self.closed:  # never a thread started after close
                 return
             self._started = True
             if self._apool is not None:
@@ -285,9 +286,10 @@ class Processor:
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the workers and the timer. Call :meth:`drain` first to finish queued work."""
-        if self.closed:
-            return
-        self.closed = True
+        with self._start_lock:
+            if self.closed:
+                return
+            self.closed = True
         self._timer.stop()
         deadline = time.monotonic() + timeout
         self._pool.close(deadline)

@@ -4,7 +4,7 @@ laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 -
 
 ``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.kafka_cli`):
 the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
-else 127.0.0.1:9092 (:func:`laneway.kafka.admin.resolve_bootstrap`). When no broker answers,
+else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync
 --until-caught-up`` does when it gives up.
@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.ops.kafka_cli import Bootstrap  # the operations commands' option: one rule
+from laneway.ops.bootstrap import Bootstrap  # the operations commands' option: one rule
 
 __all__ = ["catalog_app", "register"]
 
@@ -48,9 +48,9 @@ def _kafka_errors() -> Iterator[None]:
 
 
 def _resolve(bootstrap: str | None) -> str:
-    from laneway.kafka import admin as ka
+    from laneway.ops import bootstrap as bs
 
-    return ka.resolve_bootstrap(bootstrap)
+    return bs.resolve_bootstrap(bootstrap)
 
 
 @catalog_app.command("generate")

@@ -28,7 +28,19 @@ from rich.table import Table
 from laneway.kafka import admin as ka
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
+from laneway.kafka.groups import GroupLag, group_lag, group_state
+from laneway.kafka.health import cluster_health
 from laneway.kafka.producer import ProducerError
+from laneway.kafka.replay import (
+    ResetPlan,
+    ResetRow,
+    ResetTarget,
+    apply_reset,
+    check_no_live_members,
+    plan_reset,
+)
+from laneway.ops.bootstrap import Bootstrap, resolve_bootstrap
+from laneway.ops.parsing import parse_duration, parse_partition_offsets, parse_size, parse_time
 
 __all__ = ["register"]
 
@@ -38,15 +50,6 @@ R = TypeVar("R")
 topics_app = typer.Typer(help="Create, list and describe topics.", no_args_is_help=True)
 dlq_app = typer.Typer(help="Inspect and redrive dead-lettered records.", no_args_is_help=True)
 
-Bootstrap = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap",
-        "-b",
-        help="Kafka bootstrap (default: $LANEWAY_BOOTSTRAP, else `laneway broker`'s, else 127.0.0.1:9092)",
-        show_default=False,
-    ),
-]
 Json = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 
 
@@ -79,7 +82,7 @@ def _console(stderr: bool = False) -> Console:
 
 
 def _connect(bootstrap: str | None) -> tuple[str, Any]:
-    address = ka.resolve_bootstrap(bootstrap)
+    address = resolve_bootstrap(bootstrap)
     return address, ka.connect(address)
 
 
@@ -146,8 +149,8 @@ def topics_create(
 
     Example: laneway topics create orders --partitions 12 --replication 3 --retention 14d
     """
-    retention_ms = ka.parse_duration(retention)
-    segment = ka.parse_size(segment_size) if segment_size else None
+    retention_ms = parse_duration(retention)
+    segment = parse_size(segment_size) if segment_size else None
     extra = {}
     for item in config or []:
         key, sep, value = item.partition("=")
@@ -236,7 +239,7 @@ def topics_describe(
 # -- lag -------------------------------------------------------------------------------
 
 
-def _lag_table(lag: ka.GroupLag) -> Table:
+def _lag_table(lag: GroupLag) -> Table:
     when = datetime.fromtimestamp(lag.at, UTC).strftime("%H:%M:%S UTC")
     table = Table(
         "topic",
@@ -254,7 +257,7 @@ def _lag_table(lag: ka.GroupLag) -> Table:
     return table
 
 
-def _lag_json(lag: ka.GroupLag) -> dict[str, Any]:
+def _lag_json(lag: GroupLag) -> dict[str, Any]:
     return {
         "group": lag.group,
         "state": lag.state,
@@ -291,7 +294,7 @@ def lag(
     """
     address, admin = _connect(bootstrap)
     if not watch:
-        result = ka.group_lag(admin, address, group)
+        result = group_lag(admin, address, group)
         if json:
             _echo_json(_lag_json(result))
         else:
@@ -301,18 +304,18 @@ def lag(
     try:
         if json:  # one JSON document a line
             while True:
-                typer.echo(orjson.dumps(_lag_json(ka.group_lag(admin, address, group))).decode())
+                typer.echo(orjson.dumps(_lag_json(group_lag(admin, address, group))).decode())
                 count += 1
                 if refreshes and count >= refreshes:
                     return
                 time.sleep(interval)
         with Live(
-            _lag_table(ka.group_lag(admin, address, group)), console=_console(), auto_refresh=False
+            _lag_table(group_lag(admin, address, group)), console=_console(), auto_refresh=False
         ) as live:
             count = 1
             while not refreshes or count < refreshes:
                 time.sleep(interval)
-                live.update(_lag_table(ka.group_lag(admin, address, group)), refresh=True)
+                live.update(_lag_table(group_lag(admin, address, group)), refresh=True)
                 count += 1
     except KeyboardInterrupt:
         return
@@ -321,7 +324,7 @@ def lag(
 # -- replay ----------------------------------------------------------------------------
 
 
-def _plan_table(plan: ka.ResetPlan, title: str, labels: tuple[str, str] = ("current", "new")) -> Table:
+def _plan_table(plan: ResetPlan, title: str, labels: tuple[str, str] = ("current", "new")) -> Table:
     table = Table("topic", "partition", *labels, "change", "earliest", "latest", title=title)
     for r in plan.rows:
         change = "-" if r.before is None else f"{r.after - r.before:+d}"
@@ -331,7 +334,7 @@ def _plan_table(plan: ka.ResetPlan, title: str, labels: tuple[str, str] = ("curr
     return table
 
 
-def _plan_json(plan: ka.ResetPlan, applied: bool) -> dict[str, Any]:
+def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
     return {
         "group": plan.group,
         "target_group": plan.target_group,
@@ -382,17 +385,17 @@ def replay(
     if len(chosen) != 1:
         raise _fail("give exactly one of --to-time, --to-earliest, --to-latest, --to-offset, --shift")
     if to_time is not None:
-        target = ka.ResetTarget.at_time(ka.parse_time(to_time))
+        target = ResetTarget.at_time(parse_time(to_time))
     elif to_earliest:
-        target = ka.ResetTarget.earliest()
+        target = ResetTarget.earliest()
     elif to_latest:
-        target = ka.ResetTarget.latest()
+        target = ResetTarget.latest()
     elif to_offset:
-        target = ka.ResetTarget.to_offsets(ka.parse_partition_offsets(to_offset))
+        target = ResetTarget.to_offsets(parse_partition_offsets(to_offset))
     else:
-        target = ka.ResetTarget.by(shift or 0)
+        target = ResetTarget.by(shift or 0)
     _, admin = _connect(bootstrap)
-    plan = ka.plan_reset(admin, group, target, topics=topic or (), new_group=new_group)
+    plan = plan_reset(admin, group, target, topics=topic or (), new_group=new_group)
     where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
     if dry_run:
         if json:
@@ -402,17 +405,17 @@ def replay(
         console.print(_plan_table(plan, f"plan for {where}: {target.describe()}"))
         console.print("dry run: nothing changed")
         return
-    ka.check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
+    check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
     if not json:
         _console().print(_plan_table(plan, f"before: {where}, to move {target.describe()}"))
-    done = ka.apply_reset(admin, plan)
-    now = ka.group_state(admin, plan.target_group).committed
-    after = ka.ResetPlan(
+    done = apply_reset(admin, plan)
+    now = group_state(admin, plan.target_group).committed
+    after = ResetPlan(
         done.group,
         done.target_group,
         done.target,
         tuple(
-            ka.ResetRow(
+            ResetRow(
                 r.topic, r.partition, r.before, now.get((r.topic, r.partition), r.after), r.earliest, r.latest
             )
             for r in done.rows
@@ -604,7 +607,7 @@ def health(bootstrap: Bootstrap = None, json: Json = False) -> None:
     Example: laneway health --json || page-the-on-call
     """
     address, admin = _connect(bootstrap)
-    result = ka.cluster_health(admin, address)
+    result = cluster_health(admin, address)
     if json:
         _echo_json({**_as_dict(result), "ok": result.ok, "problems": result.problems})
     else:

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from laneway.kafka import admin as ka
+from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
 from laneway.kafka.groups import GroupLag, group_lag, group_state
@@ -91,7 +92,7 @@ def _echo_json(data: Any) -> None:
 
 
 @contextmanager
-def _progress(label: str) -> Iterator[rd.Progress]:
+def _progress(label: str) -> Iterator[dr.Progress]:
     """A progress bar on stderr; yields the callback the long operations take."""
     with Progress(
         TextColumn(label),
@@ -472,11 +473,11 @@ def dlq_show(
 
     Example: laneway dlq show orders.dlq --filter error.type=ValueError --limit 20
     """
-    parsed = rd.parse_filters(filters or [])
+    parsed = dr.parse_filters(filters or [])
     address, _ = _connect(bootstrap)
     with _progress(f"reading {topic}") as progress:
-        letters = rd.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
-    ledger = rd.read_ledger(address, topic)
+        letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
+    ledger = dr.read_ledger(address, topic)
     if json:
         _echo_json(
             [
@@ -542,7 +543,7 @@ def dlq_redrive(
 
     Example: laneway dlq redrive orders.dlq --filter error.type=TimeoutError --dry-run
     """
-    parsed = rd.parse_filters(filters or [])
+    parsed = dr.parse_filters(filters or [])
     address, _ = _connect(bootstrap)
     with _progress(f"redriving {topic}") as progress:
         report = rd.redrive(
@@ -590,7 +591,7 @@ def dlq_redrive(
     if dry_run:
         console.print("dry run: nothing changed")
     elif report.moved:
-        console.print(f"redrive id {report.redrive_id}, recorded in {rd.ledger_topic(topic)}")
+        console.print(f"redrive id {report.redrive_id}, recorded in {dr.ledger_topic(topic)}")
     else:
         console.print("nothing to move")
 

@@ -14,9 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from laneway.catalog import cli as catalog_cli
 from laneway.kafka import admin as ka
 from laneway.ops import bootstrap as bootstrap_mod
+from laneway.ops import catalog_cli
 from laneway.ops.bootstrap import resolve_bootstrap
 from laneway.ops.broker import BrokerInfo, free_port
 from laneway.spark import cli as spark_cli

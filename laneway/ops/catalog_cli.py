@@ -2,7 +2,7 @@
 
 laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 --rate 2000
 
-``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.kafka_cli`):
+``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.bootstrap`):
 the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
 else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,

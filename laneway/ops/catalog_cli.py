@@ -96,7 +96,8 @@ def generate_cmd(
 
     Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
     """
-    from laneway.catalog.generator import GeneratorConfig, ProduceError, ensure_topics, generate, produce
+    from laneway.catalog.generator import GeneratorConfig, generate
+    from laneway.catalog.producing import ProduceError, ensure_topics, produce
     from laneway.ops.cli import fail
 
     try:
@@ -166,7 +167,7 @@ def sync_cmd(
 
     Example: laneway catalog sync -b 127.0.0.1:9092 --delay 0 --until-caught-up
     """
-    from laneway.catalog.generator import ensure_topics
+    from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
 

@@ -10,7 +10,8 @@ import confluent_kafka
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from laneway.catalog.generator import GeneratedRecord, ProduceError, produce
+from laneway.catalog.generator import GeneratedRecord
+from laneway.catalog.producing import ProduceError, produce
 
 
 class _Msg:

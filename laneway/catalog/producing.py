@@ -1,7 +1,7 @@
 """Producing a generated change stream to Kafka: :func:`ensure_topics` creates the topics that
 are missing, :func:`produce` writes the records with the idempotent producer (same key, same
 partition, in order), with a rich progress bar and an optional rate that keeps the stream's
-bursts, and stops with :class:`ProduceError` when the broker stops answering.
+bursts, and stops with :class:`CatalogProduceError` when the broker stops answering.
 
     ensure_topics(bootstrap, {"catalog.changes": 8})
     result = produce(generate(GeneratorConfig(events=100_000)), bootstrap=bootstrap, topic="catalog.changes")
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from laneway.catalog.generator import GeneratedRecord
+from laneway.catalog.models import CatalogError
 
-__all__ = ["ProduceError", "ProduceResult", "ensure_topics", "produce"]
+__all__ = ["CatalogProduceError", "ProduceResult", "ensure_topics", "produce"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ProduceResult:
         return self.produced / self.seconds if self.seconds > 0 else float("inf")
 
 
-class ProduceError(RuntimeError):
+class CatalogProduceError(CatalogError, RuntimeError):
     """:func:`produce` stopped before every record was acknowledged: the broker answered
     nothing for ``stall_timeout`` seconds (it went away, say), a delivery failed, or the client
     refused a record (the topic was deleted, ...). ``reason`` says which.
@@ -117,7 +118,7 @@ def produce(
     second, ``None`` for as fast as possible) paces the records on their arrival
     times scaled to that average rate, so bursts stay bursts.
 
-    The run stops, raising :class:`ProduceError`, at the first failed delivery or
+    The run stops, raising :class:`CatalogProduceError`, at the first failed delivery or
     refused record, and, with ``stall_timeout``, when records are waiting and the broker
     has answered none of them for that many seconds (``None``: librdkafka's
     ``message.timeout.ms`` decides, 300 s by default). Nothing more is sent after that;
@@ -147,7 +148,7 @@ def produce(
         "compression.type": "lz4",
         "queue.buffering.max.messages": 500_000,
         # librdkafka's lines (a connection refused every second while the broker is away) go
-        # through logging, as the tools' clients do; a stop ends in ProduceError
+        # through logging, as the tools' clients do; a stop ends in CatalogProduceError
         "logger": client_logger,
     }
     conf.update(producer_config or {})
@@ -229,7 +230,7 @@ def produce(
             reason = f"a delivery failed: {errors[0]}"
         else:
             reason = f"the broker answered nothing for {stall_timeout or 0:g} s"
-        raise ProduceError(
+        raise CatalogProduceError(
             reason=reason,
             total=n,
             acknowledged=acknowledged,

@@ -97,7 +97,7 @@ def generate_cmd(
     Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
     """
     from laneway.catalog.generator import GeneratorConfig, generate
-    from laneway.catalog.producing import ProduceError, ensure_topics, produce
+    from laneway.catalog.producing import CatalogProduceError, ensure_topics, produce
     from laneway.ops.cli import fail
 
     try:
@@ -133,7 +133,7 @@ def generate_cmd(
             progress=progress,
             stall_timeout=stall_timeout,
         )
-    except ProduceError as exc:  # the broker went away mid-run, say
+    except CatalogProduceError as exc:  # the broker went away mid-run, say
         raise fail(f"producing to {topic} stopped, {exc}", code=1) from exc
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "

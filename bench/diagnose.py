@@ -21,7 +21,7 @@ from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.metrics import NoopMetrics
 from laneway.engine.processor import Processor
-from laneway.ops.metrics import PrometheusMetrics
+from laneway.monitor.metrics import PrometheusMetrics
 
 TOPIC = "t"
 

@@ -32,7 +32,7 @@ from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
-from laneway.ops.metrics import HealthServer, PrometheusMetrics
+from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 
 __all__ = ["App", "AppSettings"]
 

@@ -35,14 +35,8 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from laneway.catalog.generator import (
-    GeneratorConfig,
-    ProduceResult,
-    ensure_topics,
-    expected_final_state,
-    generate,
-    produce,
-)
+from laneway.catalog.generator import GeneratorConfig, expected_final_state, generate
+from laneway.catalog.producing import ProduceResult, ensure_topics, produce
 from laneway.catalog.source import SimulatedSource
 from laneway.catalog.sync import CatalogSync, SyncSettings, consumer_lag
 from laneway.kafka import headers

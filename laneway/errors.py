@@ -1,10 +1,35 @@
-"""Laneway's exceptions. One root, three kinds of failure, three paths:
+"""Laneway's exceptions: one root, :class:`LanewayError`, above every public exception of the
+package. The engine's are defined here; each other family is defined in the module named beside
+it. A second base in brackets is there for callers that catch it::
 
-    LanewayError
-    ├── ConfigError            bad configuration: refuse to start, naming the field
-    ├── HandlerFailed          an event failed its last attempt and the policy is "halt"
-    ├── DeadLetterError        a dead letter could not be written (the event stays uncommitted)
-    └── EngineStopped          work was submitted to an engine that is closing
+    LanewayError                    the root (this module)
+    ├── ConfigError                 bad configuration: refuse to start, naming the field [ValueError]
+    ├── HandlerFailed               an event failed its last attempt and the policy is "halt"
+    ├── DeadLetterError             a dead letter could not be written (the event stays uncommitted)
+    ├── EngineStopped               work was submitted to an engine that is closing
+    ├── SerdeError                  laneway.kafka.serde: a value could not be converted [ValueError]
+    │   ├── SerializationError      a value could not be serialized
+    │   └── DeserializationError    bytes could not be deserialized
+    ├── ProducerError               laneway.kafka.producer: the producer's errors
+    │   ├── ProduceError            a record was not delivered; keeps the KafkaError and the record
+    │   ├── ProducerClosedError     the producer was used after close()
+    │   └── TransactionError        laneway.kafka.transactions: a transaction call failed
+    ├── OutputError                 laneway.kafka.source: records a handler emitted were not produced
+    ├── AdminError                  laneway.kafka.admin: a cluster operation failed, nothing changed
+    │   ├── BrokerUnreachableError  no broker answered at the bootstrap address
+    │   ├── UnknownTopicError       a named topic does not exist
+    │   ├── UnknownGroupError       a named consumer group does not exist
+    │   ├── GroupActiveError        the group has live members (offsets cannot be reset)
+    │   ├── InvalidInputError       a malformed time, duration, size, offset or filter [ValueError]
+    │   └── RedriveError            laneway.kafka.redrive: a redrive could not be done
+    ├── CatalogError                laneway.catalog.models: the catalog domain's errors
+    │   ├── InvalidChangeEvent      not a valid change event: dead-letter it [ValueError]
+    │   ├── SourceError             laneway.catalog.source: the metadata source's errors
+    │   │   └── SourceUnavailable   a transient source failure: retry
+    │   └── CatalogProduceError     laneway.catalog.producing: producing a stream stopped [RuntimeError]
+    ├── PipelineError               laneway.spark.pipeline: the streaming query failed [RuntimeError]
+    ├── BrokerError                 laneway.ops.broker: the local broker failed [RuntimeError]
+    └── JarFetchError               laneway.ops.jars: Maven could not fetch a bundle [RuntimeError]
 
 A handler raising an exception is not an engine error: the event's :class:`Retry`
 policy decides between another attempt and the dead-letter topic.

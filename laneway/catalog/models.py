@@ -12,10 +12,11 @@ Entity ids are ``<entity_type>:<qualified_name>``::
 
 Errors::
 
-    CatalogError
+    CatalogError                  root (a laneway.LanewayError)
     ├── InvalidChangeEvent        the record is not a valid change event: dead-letter it
-    └── SourceError               (laneway.catalog.source)
-        └── SourceUnavailable     transient source failure: retry
+    ├── SourceError               (laneway.catalog.source)
+    │   └── SourceUnavailable     transient source failure: retry
+    └── CatalogProduceError       producing a generated stream stopped (laneway.catalog.producing)
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any, Literal, Self, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from laneway.errors import LanewayError
 
 __all__ = [
     "ENTITY_TYPES",
@@ -51,7 +54,7 @@ _DEPTH = {"database": 1, "table": 2, "column": 3}
 _RESERVED_ATTRIBUTE_PREFIX = "source."
 
 
-class CatalogError(Exception):
+class CatalogError(LanewayError):
     """Root of the catalog domain's errors (tree in the module docstring)."""
 
 

@@ -20,6 +20,8 @@ neither visible to read_committed readers nor in the ledger, and the next redriv
 limit is raised, sends it and skips what was recorded. Records are batched within the smallest
 target's ``max.message.bytes``, so letters that fit one by one are never refused together.
 
+The dead letters and the ledger are read by :mod:`laneway.kafka.dlq_reader`.
+
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
 """
@@ -29,10 +31,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 import confluent_kafka
 import orjson
@@ -40,279 +41,28 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from laneway.kafka import headers as h
-from laneway.kafka.admin import (
-    AdminError,
-    InvalidInputError,
-    UnknownTopicError,
-    client_config,
-    client_logger,
-    connect,
-    describe_topic,
+from laneway.kafka.admin import AdminError, UnknownTopicError, client_logger, connect, describe_topic
+from laneway.kafka.dlq_reader import (
+    DeadLetter,
+    Filter,
+    LedgerEntry,
+    Progress,
+    header_item,
+    ledger_topic,
+    read_dead_letters,
+    read_ledger,
+    tool_consumer,
 )
 from laneway.kafka.producer import TOO_LARGE, ProduceError
 from laneway.kafka.transactions import TransactionalProducer
 
-__all__ = [
-    "DeadLetter",
-    "Filter",
-    "LedgerEntry",
-    "Moved",
-    "RedriveError",
-    "RedriveReport",
-    "ledger_topic",
-    "parse_filters",
-    "read_dead_letters",
-    "read_ledger",
-    "redrive",
-]
+__all__ = ["Moved", "RedriveError", "RedriveReport", "redrive"]
 
 logger = logging.getLogger(__name__)
-
-#: called with (records done, records in all) while a long operation runs
-Progress = Callable[[int, int], None]
 
 
 class RedriveError(AdminError):
     """A redrive could not be done; nothing was sent."""
-
-
-def ledger_topic(dlq_topic: str) -> str:
-    return f"{dlq_topic}.redrive-ledger"
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """One record of a dead-letter topic."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    #: every header decoded to text
-    info: dict[str, str] = field(compare=False)
-
-    @property
-    def ledger_key(self) -> str:
-        return f"{self.topic}/{self.partition}/{self.offset}"
-
-    @property
-    def original_topic(self) -> str | None:
-        return self.info.get(h.ORIGINAL_TOPIC) or None
-
-    @property
-    def value_dropped(self) -> bool:
-        """Whether the dead letter left the original value out (``laneway.dropped``)."""
-        return "value" in self.info.get(h.DROPPED, "").split(",")
-
-    @property
-    def original_position(self) -> str:
-        part, off = self.info.get(h.ORIGINAL_PARTITION, "?"), self.info.get(h.ORIGINAL_OFFSET, "?")
-        return f"{self.original_topic or '?'}/{part}/{off}"
-
-    def field(self, name: str) -> str | None:
-        """A filterable field: key, partition, offset, or a header (``laneway.`` optional)."""
-        if name == "key":
-            return None if self.key is None else self.key.decode("utf-8", "replace")
-        if name in ("partition", "offset"):
-            return str(getattr(self, name))
-        if name in self.info:
-            return self.info[name]
-        return self.info.get(f"laneway.{name}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestamp": self.timestamp,
-            "key": self.field("key"),
-            "value": None if self.value is None else self.value.decode("utf-8", "replace"),
-            "headers": self.info,
-        }
-
-
-@dataclass(frozen=True)
-class Filter:
-    """``FIELD=VALUE`` (equal) or ``FIELD~TEXT`` (contains).
-
-    ``error.type=ValueError`` also matches a qualified ``builtins.ValueError``.
-    """
-
-    name: str
-    op: Literal["=", "~"]
-    value: str
-
-    def matches(self, letter: DeadLetter) -> bool:
-        got = letter.field(self.name)
-        if got is None:
-            return False
-        if self.op == "~":
-            return self.value in got
-        # error types are qualified (builtins.ValueError): the bare class name matches too
-        return got == self.value or (
-            self.name.endswith("error.type") and got.rpartition(".")[2] == self.value
-        )
-
-
-def parse_filters(specs: Iterable[str]) -> list[Filter]:
-    out = []
-    for spec in specs:
-        cut = min((i for i in (spec.find("="), spec.find("~")) if i > 0), default=-1)
-        if cut <= 0:
-            raise InvalidInputError(
-                f"malformed filter {spec!r} (expected FIELD=VALUE or FIELD~TEXT, e.g. error.type=ValueError)"
-            )
-        op: Literal["=", "~"] = "=" if spec[cut] == "=" else "~"
-        out.append(Filter(spec[:cut].strip(), op, spec[cut + 1 :]))
-    return out
-
-
-def _tool_consumer(bootstrap: str, *, read_committed: bool, reset: str) -> confluent_kafka.Consumer:
-    """A consumer of a group of its own that commits nothing and reports each partition's end;
-    ``reset``: where it starts at an offset that is not there (``earliest``, ``error``)."""
-    return confluent_kafka.Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": reset,
-                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-            },
-        )
-    )
-
-
-def _read_topic(
-    bootstrap: str,
-    topic: str,
-    *,
-    read_committed: bool,
-    progress: Progress | None = None,
-    timeout: float = 120.0,
-) -> Iterator[confluent_kafka.Message]:
-    """Every record of ``topic`` from the beginning to its end as of now."""
-    consumer = _tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
-    try:
-        md = consumer.list_topics(topic, timeout=10)
-        t = md.topics.get(topic)
-        if t is None or t.error is not None or not t.partitions:
-            raise UnknownTopicError(f"unknown topic {topic!r}")
-        total = 0
-        pending = set()
-        for p in t.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += max(0, high - low)
-            if high > low:
-                pending.add(p)
-        consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
-        done = 0
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise AdminError(f"reading {topic!r} took longer than {timeout:g}s")
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition() or 0)
-                    continue
-                raise AdminError(f"reading {topic!r}: {err.str()}")
-            done += 1
-            if progress is not None:
-                progress(done, total)
-            yield msg
-    finally:
-        consumer.close()
-
-
-def read_dead_letters(
-    bootstrap: str,
-    topic: str,
-    *,
-    filters: Sequence[Filter] = (),
-    limit: int | None = None,
-    progress: Progress | None = None,
-) -> list[DeadLetter]:
-    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset.
-
-    A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
-    :class:`InvalidInputError` naming it, rather than matching nothing without a word.
-    """
-    out: list[DeadLetter] = []
-    unseen = {f.name for f in filters}
-    read = 0
-    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
-        raw = tuple(_header(item) for item in (msg.headers() or ()))
-        ts_type, ts = msg.timestamp()
-        letter = DeadLetter(
-            topic,
-            msg.partition() or 0,
-            msg.offset() or 0,
-            msg.key(),
-            msg.value(),
-            ts if ts_type != confluent_kafka.TIMESTAMP_NOT_AVAILABLE else None,
-            raw,
-            h.decode(list(raw)),
-        )
-        read += 1
-        if unseen:
-            unseen = {name for name in unseen if letter.field(name) is None}
-        if all(f.matches(letter) for f in filters):
-            out.append(letter)
-            if limit is not None and len(out) >= limit:
-                break
-    if read and unseen:
-        raise InvalidInputError(
-            f"no record of {topic} has the field {', '.join(sorted(unseen))}: filter on key, partition, "
-            f"offset or a header, such as error.type, reason or original.topic (laneway dlq show {topic})"
-        )
-    return sorted(out, key=lambda x: (x.partition, x.offset))
-
-
-def _header(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:
-    name, value = item[0], item[1]
-    return str(name), value.encode() if isinstance(value, str) else value
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    key: str
-    redrive_id: str
-    target_topic: str
-    target_partition: int
-    target_offset: int
-    at: str
-
-
-def read_ledger(bootstrap: str, dlq_topic: str) -> dict[str, LedgerEntry]:
-    """What earlier redrives of ``dlq_topic`` moved, by DLQ record (empty when none ran)."""
-    entries: dict[str, LedgerEntry] = {}
-    try:
-        for msg in _read_topic(bootstrap, ledger_topic(dlq_topic), read_committed=True):
-            key = (msg.key() or b"").decode()
-            value = msg.value()
-            if value is None:  # a tombstone forgets the entry
-                entries.pop(key, None)
-                continue
-            data = orjson.loads(value)
-            entries[key] = LedgerEntry(
-                key,
-                data["redrive_id"],
-                data["target_topic"],
-                data["target_partition"],
-                data["target_offset"],
-                data["at"],
-            )
-    except UnknownTopicError:
-        return {}
-    return entries
 
 
 @dataclass(frozen=True)
@@ -359,7 +109,7 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
         wanted.setdefault(where, []).append((offset, letter))
     if not wanted:
         return {}
-    consumer = _tool_consumer(bootstrap, read_committed=True, reset="error")
+    consumer = tool_consumer(bootstrap, read_committed=True, reset="error")
     out: dict[str, DeadLetter] = {}
 
     def gone(letter: DeadLetter, why: str) -> RedriveError:
@@ -405,7 +155,7 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
                     if msg.key() != letter.key:
                         raise gone(letter, f"has another key ({msg.key()!r}, not {letter.key!r})")
                     ours = tuple((name, v) for name, v in letter.headers if name.startswith("laneway."))
-                    raw = tuple(_header(item) for item in (msg.headers() or ()))
+                    raw = tuple(header_item(item) for item in (msg.headers() or ()))
                     out[letter.ledger_key] = DeadLetter(
                         *(letter.topic, letter.partition, letter.offset, letter.key),
                         *(msg.value(), letter.timestamp, raw + ours, letter.info),

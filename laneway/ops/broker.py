@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
+from laneway.errors import LanewayError
 from laneway.ops import jars
 
 __all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "wait_for_metadata"]
@@ -79,7 +80,7 @@ log.segment.bytes=67108864
 """
 
 
-class BrokerError(RuntimeError):
+class BrokerError(LanewayError, RuntimeError):
     """The local broker could not be fetched, started or stopped."""
 
 

@@ -113,7 +113,7 @@ def broker_status(
 _SUBCOMMAND_MODULES = (
     "laneway.ops.run_cli",
     "laneway.ops.kafka_cli",
-    "laneway.catalog.cli",
+    "laneway.ops.catalog_cli",
     "laneway.spark.cli",
 )
 

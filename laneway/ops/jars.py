@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from laneway.errors import LanewayError
+
 __all__ = [
     "DELTA_VERSION",
     "KAFKA",
@@ -42,7 +44,7 @@ DELTA_VERSION = "4.0.0"
 _POMS = Path(__file__).with_name("jvm")
 
 
-class JarFetchError(RuntimeError):
+class JarFetchError(LanewayError, RuntimeError):
     """Maven could not fetch a bundle; the message quotes Maven's output."""
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from laneway.ops.kafka_cli import Bootstrap
+from laneway.ops.bootstrap import Bootstrap
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
@@ -66,7 +66,7 @@ def run(
 
     Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
     """
-    from laneway.kafka.admin import resolve_bootstrap
+    from laneway.ops.bootstrap import resolve_bootstrap
     from laneway.spark.pipeline import PipelineError, PipelineSettings, run_pipeline
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

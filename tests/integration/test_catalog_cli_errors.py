@@ -14,8 +14,10 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from laneway.catalog import cli as catalog_cli
 from laneway.kafka import admin as ka
+from laneway.ops import bootstrap as bootstrap_mod
+from laneway.ops import catalog_cli
+from laneway.ops.bootstrap import resolve_bootstrap
 from laneway.ops.broker import BrokerInfo, free_port
 from laneway.spark import cli as spark_cli
 from tests.conftest import TopicFactory
@@ -66,7 +68,7 @@ def recorded_broker(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.delenv("LANEWAY_BOOTSTRAP", raising=False)
     monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
     info.save(tmp_path / "broker" / "state.json")
-    assert ka.resolve_bootstrap(None) == kafka_bootstrap
+    assert resolve_bootstrap(None) == kafka_bootstrap
     return kafka_bootstrap
 
 
@@ -100,7 +102,7 @@ def test_catalog_bootstrap_resolves_like_the_ops_commands(
         seen.append(explicit)
         return address
 
-    monkeypatch.setattr(ka, "resolve_bootstrap", resolve)
+    monkeypatch.setattr(bootstrap_mod, "resolve_bootstrap", resolve)
     assert address in one_line_error(invoke(*command))
     assert seen == [None]
     seen.clear()

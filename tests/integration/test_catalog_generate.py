@@ -9,9 +9,9 @@ import typer
 from confluent_kafka import Consumer
 from typer.testing import CliRunner
 
-from laneway.catalog import cli as catalog_cli
 from laneway.catalog.generator import DEFAULT_START_TIME_MS, GeneratorConfig, generate
 from laneway.catalog.models import ChangeEvent, InvalidChangeEvent, parse_change
+from laneway.ops import catalog_cli
 from tests.conftest import TopicFactory
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from laneway.catalog.generator import GeneratorConfig, expected_final_state, generate, produce
+from laneway.catalog.generator import GeneratorConfig, expected_final_state, generate
+from laneway.catalog.producing import produce
 from laneway.catalog.source import SimulatedSource
 from laneway.catalog.sync import CatalogSync, SyncSettings, consumer_lag
 from laneway.kafka import headers as h

@@ -129,7 +129,7 @@ def test_a_redrive_refused_by_its_target_names_the_letter_and_loses_nothing(
     is raised a second redrive sends it, skipping what the first recorded."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    from laneway.kafka.redrive import read_ledger
+    from laneway.kafka.dlq_reader import read_ledger
 
     topic = make_topic(partitions=1, config=SMALL)
     dlq = make_topic(partitions=1, prefix="dlq")

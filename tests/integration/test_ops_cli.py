@@ -14,8 +14,11 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner, Result
 
 from laneway.kafka import admin as ka
+from laneway.kafka.health import Health
+from laneway.ops.bootstrap import resolve_bootstrap
 from laneway.ops.broker import free_port
 from laneway.ops.kafka_cli import register
+from laneway.ops.parsing import parse_duration, parse_partition_offsets, parse_size, parse_time
 
 TopicFactory = Callable[..., str]
 
@@ -133,7 +136,7 @@ def test_health(kafka_bootstrap: str) -> None:
 
 
 def test_health_problems_exit_one() -> None:
-    bad = ka.Health("x:1", "c", -1, (), 1, 1, (("t", 0, 3, 1),), (("t", 1),))
+    bad = Health("x:1", "c", -1, (), 1, 1, (("t", 0, 3, 1),), (("t", 1),))
     assert not bad.ok
     assert bad.problems == [
         "no active controller",
@@ -166,8 +169,8 @@ def test_bootstrap_comes_from_the_environment(
     assert result.exit_code == 0 and kafka_bootstrap in result.stdout
     monkeypatch.delenv("LANEWAY_BOOTSTRAP")
     monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))  # no broker recorded there
-    assert ka.resolve_bootstrap(None) == "127.0.0.1:9092"
-    assert ka.resolve_bootstrap("h:1") == "h:1"
+    assert resolve_bootstrap(None) == "127.0.0.1:9092"
+    assert resolve_bootstrap("h:1") == "h:1"
 
 
 @pytest.mark.parametrize(
@@ -192,16 +195,16 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
 
 
 def test_parsers() -> None:
-    assert ka.parse_duration("14d") == 1_209_600_000
-    assert ka.parse_duration("500ms") == 500 and ka.parse_duration("2w") == 1_209_600_000
-    assert ka.parse_duration("forever") == -1
-    assert ka.parse_size("1GiB") == 1 << 30 and ka.parse_size("100MB") == 100_000_000
-    assert ka.parse_time("2026-11-20T10:00") == 1_795_168_800_000  # UTC when no zone
-    assert ka.parse_time("2026-11-20T11:00+01:00") == 1_795_168_800_000
-    assert ka.parse_partition_offsets(["0:5", "orders:2:7"]) == {(None, 0): 5, ("orders", 2): 7}
+    assert parse_duration("14d") == 1_209_600_000
+    assert parse_duration("500ms") == 500 and parse_duration("2w") == 1_209_600_000
+    assert parse_duration("forever") == -1
+    assert parse_size("1GiB") == 1 << 30 and parse_size("100MB") == 100_000_000
+    assert parse_time("2026-11-20T10:00") == 1_795_168_800_000  # UTC when no zone
+    assert parse_time("2026-11-20T11:00+01:00") == 1_795_168_800_000
+    assert parse_partition_offsets(["0:5", "orders:2:7"]) == {(None, 0): 5, ("orders", 2): 7}
     for bad in ("yesterday", "2026-13-01"):
         with pytest.raises(ka.InvalidInputError, match="malformed time"):
-            ka.parse_time(bad)
+            parse_time(bad)
     for bad in ("5", "a:b", ":1:2", "0:-1"):
         with pytest.raises(ka.InvalidInputError, match="offset"):
-            ka.parse_partition_offsets([bad])
+            parse_partition_offsets([bad])

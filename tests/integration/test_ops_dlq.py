@@ -15,9 +15,9 @@ from confluent_kafka.admin import AdminClient
 from laneway.engine.events import Event
 from laneway.kafka import headers as h
 from laneway.kafka.dlq import dead_letter_headers
+from laneway.kafka.dlq_reader import ledger_topic, read_ledger
 from laneway.kafka.partitioner import java_partition
 from laneway.kafka.producer import Producer
-from laneway.kafka.redrive import ledger_topic, read_ledger
 from tests.integration.test_ops_cli import invoke, one_line_error
 from tests.integration.test_producer import read_records
 

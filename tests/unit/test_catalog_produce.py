@@ -1,6 +1,6 @@
 """produce()'s stop rules against a scripted client (no broker): it stops sending when the broker
 answers nothing for stall_timeout or a delivery fails, purges what the client holds, and counts
-every record once in ProduceError; a paced stream slower than the stall timeout is not a stall."""
+every record once in CatalogProduceError; a paced stream slower than the stall timeout is not a stall."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import confluent_kafka
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from laneway.catalog.generator import GeneratedRecord, ProduceError, produce
+from laneway.catalog.generator import GeneratedRecord
+from laneway.catalog.producing import CatalogProduceError, produce
 
 
 class _Msg:
@@ -95,7 +96,7 @@ def _records(n: int, every_ms: int = 0) -> list[GeneratedRecord]:
 
 def test_a_broker_that_stops_answering_stops_the_run(scripted: type[ScriptedProducer]) -> None:
     scripted.answer, scripted.capacity = 50, 100
-    with pytest.raises(ProduceError) as caught:
+    with pytest.raises(CatalogProduceError) as caught:
         produce(_records(200), bootstrap="x", topic="t", progress=False, stall_timeout=0.3)
     client = scripted.instances[0]
     err = caught.value
@@ -108,7 +109,7 @@ def test_a_broker_that_stops_answering_stops_the_run(scripted: type[ScriptedProd
 
 def test_a_failed_delivery_stops_the_run(scripted: type[ScriptedProducer]) -> None:
     scripted.fail_at, scripted.capacity = 20, 30
-    with pytest.raises(ProduceError) as caught:
+    with pytest.raises(CatalogProduceError) as caught:
         produce(_records(200), bootstrap="x", topic="t", progress=False)
     client = scripted.instances[0]
     err = caught.value
@@ -120,7 +121,7 @@ def test_a_failed_delivery_stops_the_run(scripted: type[ScriptedProducer]) -> No
 
 def test_a_refused_record_stops_the_run(scripted: type[ScriptedProducer]) -> None:
     scripted.refuse_at = 5
-    with pytest.raises(ProduceError) as caught:
+    with pytest.raises(CatalogProduceError) as caught:
         produce(_records(20), bootstrap="x", topic="t", progress=False, stall_timeout=5)
     err = caught.value
     assert err.reason == "the client refused a record: Unknown topic"

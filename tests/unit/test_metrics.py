@@ -6,7 +6,7 @@ import threading
 
 from prometheus_client import generate_latest
 
-from laneway.ops.metrics import PrometheusMetrics
+from laneway.monitor.metrics import PrometheusMetrics
 
 
 def _samples(metrics: PrometheusMetrics) -> dict[str, float]:

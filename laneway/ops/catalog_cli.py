@@ -2,9 +2,9 @@
 
 laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 --rate 2000
 
-``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.kafka_cli`):
+``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.bootstrap`):
 the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
-else 127.0.0.1:9092 (:func:`laneway.kafka.admin.resolve_bootstrap`). When no broker answers,
+else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync
 --until-caught-up`` does when it gives up.
@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.ops.kafka_cli import Bootstrap  # the operations commands' option: one rule
+from laneway.ops.bootstrap import Bootstrap  # the operations commands' option: one rule
 
 __all__ = ["catalog_app", "register"]
 
@@ -48,9 +48,9 @@ def _kafka_errors() -> Iterator[None]:
 
 
 def _resolve(bootstrap: str | None) -> str:
-    from laneway.kafka import admin as ka
+    from laneway.ops import bootstrap as bs
 
-    return ka.resolve_bootstrap(bootstrap)
+    return bs.resolve_bootstrap(bootstrap)
 
 
 @catalog_app.command("generate")
@@ -96,7 +96,8 @@ def generate_cmd(
 
     Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
     """
-    from laneway.catalog.generator import GeneratorConfig, ProduceError, ensure_topics, generate, produce
+    from laneway.catalog.generator import GeneratorConfig, generate
+    from laneway.catalog.producing import CatalogProduceError, ensure_topics, produce
     from laneway.ops.cli import fail
 
     try:
@@ -132,7 +133,7 @@ def generate_cmd(
             progress=progress,
             stall_timeout=stall_timeout,
         )
-    except ProduceError as exc:  # the broker went away mid-run, say
+    except CatalogProduceError as exc:  # the broker went away mid-run, say
         raise fail(f"producing to {topic} stopped, {exc}", code=1) from exc
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
@@ -166,7 +167,7 @@ def sync_cmd(
 
     Example: laneway catalog sync -b 127.0.0.1:9092 --delay 0 --until-caught-up
     """
-    from laneway.catalog.generator import ensure_topics
+    from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
 

@@ -1,0 +1,164 @@
+"""Consumer groups: a group's state and committed offsets, and its lag per partition with the
+age of the oldest unconsumed record (``laneway lag``).
+
+    lag = group_lag(admin, bootstrap, "orders-service")
+    print(lag.total, [(p.partition, p.lag, p.oldest_age) for p in lag.partitions])
+
+Errors: the :mod:`laneway.kafka.admin` ones (:class:`~laneway.kafka.admin.UnknownGroupError`
+for a group with no members and no committed offsets).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import confluent_kafka
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from laneway.kafka.admin import AdminError, UnknownGroupError, client_config, future_result, watermarks
+
+__all__ = ["GroupLag", "GroupState", "PartitionLag", "group_lag", "group_state", "require_group"]
+
+
+@dataclass(frozen=True)
+class GroupState:
+    group: str
+    state: str
+    members: int
+    #: partitions assigned to the live members
+    assigned: tuple[tuple[str, int], ...]
+    #: committed offsets, {(topic, partition): offset}
+    committed: Mapping[tuple[str, int], int]
+
+
+def group_state(admin: AdminClient, group: str) -> GroupState:
+    """The group's state, members and committed offsets (retrying while the coordinator loads)."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(10)
+            break
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.retriable() and err.code() != confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                raise AdminError(f"describing group {group!r}: {err.str()}") from exc
+            if time.monotonic() > deadline:
+                raise AdminError(f"describing group {group!r}: {err.str()}") from exc
+            time.sleep(0.3)
+    assigned = sorted(
+        (tp.topic, tp.partition)
+        for m in desc.members
+        for tp in (m.assignment.topic_partitions if m.assignment else [])
+    )
+    res = future_result(
+        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
+        f"reading offsets of group {group!r}",
+    )
+    committed = {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}
+    state = getattr(desc.state, "name", str(desc.state)).lower()
+    return GroupState(group, state, len(desc.members), tuple(assigned), committed)
+
+
+def require_group(gs: GroupState) -> None:
+    if gs.members == 0 and not gs.committed:
+        raise UnknownGroupError(f"unknown consumer group {gs.group!r} (no members, no committed offsets)")
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    #: the group's committed offset (next record to read); None when it has none
+    committed: int | None
+    end: int
+    lag: int
+    #: timestamp (ms) of the oldest unconsumed record, when there is one
+    oldest_timestamp: int | None = None
+    #: now - oldest_timestamp in seconds
+    oldest_age: float | None = None
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    group: str
+    state: str
+    members: int
+    partitions: tuple[PartitionLag, ...]
+    at: float
+
+    @property
+    def total(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+
+def group_lag(admin: AdminClient, bootstrap: str, group: str, *, probe_timeout: float = 5.0) -> GroupLag:
+    """Per partition: committed offset, end offset, lag and age of the oldest unconsumed record."""
+    gs = group_state(admin, group)
+    require_group(gs)
+    tps = sorted(set(gs.committed) | set(gs.assigned))
+    marks = watermarks(admin, tps)
+    starts: dict[tuple[str, int], int] = {}
+    for tp in tps:
+        low, high = marks[tp]
+        start = max(gs.committed.get(tp, low), low)
+        if start < high:
+            starts[tp] = start
+    stamps = _timestamps_at(bootstrap, starts, probe_timeout)
+    now = time.time()
+    rows = []
+    for tp in tps:
+        low, high = marks[tp]
+        committed = gs.committed.get(tp)
+        lag = max(0, high - (committed if committed is not None else low))
+        ts = stamps.get(tp)
+        rows.append(
+            PartitionLag(
+                tp[0], tp[1], committed, high, lag, ts, None if ts is None else max(0.0, now - ts / 1000)
+            )
+        )
+    return GroupLag(group, gs.state, gs.members, tuple(rows), now)
+
+
+def _timestamps_at(
+    bootstrap: str, positions: Mapping[tuple[str, int], int], timeout: float
+) -> dict[tuple[str, int], int]:
+    """Timestamp of the first record at or after each position (assign + seek, never commits)."""
+    if not positions:
+        return {}
+    consumer = confluent_kafka.Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"laneway-probe-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            },
+        )
+    )
+    found: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        pending = set(positions)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            tp = (msg.topic() or "", msg.partition() or 0)
+            if tp not in pending:
+                continue
+            err = msg.error()
+            if err is None:
+                found[tp] = msg.timestamp()[1]
+            elif err.code() != confluent_kafka.KafkaError._PARTITION_EOF:
+                continue
+            pending.discard(tp)
+            consumer.incremental_unassign([TopicPartition(*tp)])
+    finally:
+        consumer.close()
+    return found

@@ -1,0 +1,198 @@
+"""Offset resets (``laneway replay``): plan where a consumer group's offsets move, then write
+them, refused while the group has live members.
+
+    plan = plan_reset(admin, "orders-service", ResetTarget.at_time(ts_ms))  # nothing written
+    done = apply_reset(admin, plan)   # ``before`` as it was just before writing
+
+Errors: the :mod:`laneway.kafka.admin` ones (:class:`~laneway.kafka.admin.GroupActiveError`
+while the group has live members, :class:`~laneway.kafka.admin.InvalidInputError` for
+offsets the group does not read).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from laneway.kafka.admin import (
+    AdminError,
+    GroupActiveError,
+    InvalidInputError,
+    future_result,
+    topic_partitions,
+    watermarks,
+)
+from laneway.kafka.groups import GroupState, group_state, require_group
+
+__all__ = ["ResetPlan", "ResetRow", "ResetTarget", "apply_reset", "check_no_live_members", "plan_reset"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where to move a group's offsets."""
+
+    kind: Literal["earliest", "latest", "time", "offset", "shift"]
+    timestamp_ms: int | None = None
+    offsets: Mapping[tuple[str | None, int], int] = field(default_factory=dict)
+    shift: int = 0
+
+    @classmethod
+    def earliest(cls) -> ResetTarget:
+        return cls("earliest")
+
+    @classmethod
+    def latest(cls) -> ResetTarget:
+        return cls("latest")
+
+    @classmethod
+    def at_time(cls, timestamp_ms: int) -> ResetTarget:
+        return cls("time", timestamp_ms=timestamp_ms)
+
+    @classmethod
+    def to_offsets(cls, offsets: Mapping[tuple[str | None, int], int]) -> ResetTarget:
+        return cls("offset", offsets=dict(offsets))
+
+    @classmethod
+    def by(cls, shift: int) -> ResetTarget:
+        return cls("shift", shift=shift)
+
+    def describe(self) -> str:
+        if self.kind == "time" and self.timestamp_ms is not None:
+            when = datetime.fromtimestamp(self.timestamp_ms / 1000, UTC).isoformat()
+            return f"to the first record at or after {when}"
+        if self.kind == "shift":
+            return f"shifted by {self.shift:+d}"
+        if self.kind == "offset":
+            return "to the given offsets"
+        return f"to the {self.kind} offset"
+
+
+@dataclass(frozen=True)
+class ResetRow:
+    topic: str
+    partition: int
+    before: int | None
+    after: int
+    earliest: int
+    latest: int
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    #: the group whose offsets the plan starts from
+    group: str
+    #: the group whose offsets are written (``group`` unless a new group id was asked for)
+    target_group: str
+    target: ResetTarget
+    rows: tuple[ResetRow, ...]
+
+
+def check_no_live_members(admin: AdminClient, group: str) -> GroupState:
+    gs = group_state(admin, group)
+    if gs.members:
+        raise GroupActiveError(
+            f"group {group!r} has {gs.members} live member(s) ({gs.state}); stop them first "
+            "or reset a new group id (--new-group)"
+        )
+    return gs
+
+
+def plan_reset(
+    admin: AdminClient,
+    group: str,
+    target: ResetTarget,
+    *,
+    topics: Sequence[str] = (),
+    new_group: str | None = None,
+) -> ResetPlan:
+    """Work out the new offsets; nothing is written. Partitions: those of ``topics``, else the
+    ones the group has committed offsets for."""
+    gs = group_state(admin, group)
+    if topics:
+        tps = [(t, p.id) for t in topics for p in topic_partitions(admin, t)]
+    else:
+        require_group(gs)
+        tps = sorted(set(gs.committed) | set(gs.assigned))
+    if target.kind == "offset":
+        tps = _offset_partitions(target, tps)
+    marks = watermarks(admin, tps)
+    at_time: dict[tuple[str, int], int] = {}
+    if target.kind == "time" and target.timestamp_ms is not None:
+        ts = target.timestamp_ms
+        futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for t, p in tps})
+        at_time = {
+            (k.topic, k.partition): future_result(f, "looking up offsets by time").offset
+            for k, f in futures.items()
+        }
+    rows = []
+    for tp in tps:
+        low, high = marks[tp]
+        before = gs.committed.get(tp)
+        if target.kind == "earliest":
+            after = low
+        elif target.kind == "latest":
+            after = high
+        elif target.kind == "time":
+            found = at_time[tp]
+            after = high if found < 0 else found
+        elif target.kind == "shift":
+            after = (before if before is not None else low) + target.shift
+        else:
+            after = target.offsets.get(tp, target.offsets.get((None, tp[1]), 0))
+        rows.append(ResetRow(tp[0], tp[1], before, min(max(after, low), high), low, high))
+    return ResetPlan(group, new_group or group, target, tuple(rows))
+
+
+def _offset_partitions(target: ResetTarget, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    topics = sorted({t for t, _ in tps})
+    chosen = []
+    for topic, partition in target.offsets:
+        if topic is None:
+            if len(topics) != 1:
+                raise InvalidInputError(
+                    f"the group reads {len(topics)} topics ({', '.join(topics) or 'none'}); "
+                    "name one: TOPIC:PARTITION:OFFSET or --topic"
+                )
+            topic = topics[0]
+        if (topic, partition) not in tps:
+            raise InvalidInputError(f"partition {topic}:{partition} is not among the group's partitions")
+        chosen.append((topic, partition))
+    return sorted(set(chosen))
+
+
+def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
+    """Write the plan's offsets to its target group (refused while it has live members) and
+    return the plan with ``before`` as it was just before writing."""
+    current = check_no_live_members(admin, plan.target_group)
+    if not plan.rows:
+        return plan
+    req = ConsumerGroupTopicPartitions(
+        plan.target_group, [TopicPartition(r.topic, r.partition, r.after) for r in plan.rows]
+    )
+    res = future_result(
+        admin.alter_consumer_group_offsets([req])[plan.target_group], f"resetting {plan.target_group!r}"
+    )
+    failed = [tp for tp in res.topic_partitions or [] if tp.error is not None]
+    if failed:
+        raise AdminError(
+            f"resetting {plan.target_group!r} failed for "
+            f"{failed[0].topic}:{failed[0].partition}: {failed[0].error}"
+        )
+    logger.info(
+        "reset %d partition(s) of group %s %s", len(plan.rows), plan.target_group, plan.target.describe()
+    )
+    rows = tuple(
+        ResetRow(
+            r.topic, r.partition, current.committed.get((r.topic, r.partition)), r.after, r.earliest, r.latest
+        )
+        for r in plan.rows
+    )
+    return ResetPlan(plan.group, plan.target_group, plan.target, rows)

@@ -1,0 +1,190 @@
+"""``laneway dlq show|redrive``: inspect dead-lettered records and send them back.
+
+The logic lives in :mod:`laneway.kafka.dlq_reader` and :mod:`laneway.kafka.redrive`;
+:mod:`laneway.ops.kafka_cli` adds ``dlq_app`` to the root app.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from laneway.kafka import dlq_reader as dr
+from laneway.kafka import headers as h
+from laneway.kafka import redrive as rd
+from laneway.ops import cli_common as common
+from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.cli_common import Json
+
+__all__ = ["dlq_app", "dlq_redrive", "dlq_show"]
+
+dlq_app = typer.Typer(help="Inspect and redrive dead-lettered records.", no_args_is_help=True)
+
+
+# -- dlq -------------------------------------------------------------------------------
+
+_SHOWN = (
+    h.ORIGINAL_TOPIC,
+    h.ORIGINAL_PARTITION,
+    h.ORIGINAL_OFFSET,
+    h.ERROR_TYPE,
+    h.ERROR_MESSAGE,
+    h.ATTEMPTS,
+)
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+Filters = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--filter",
+        "-f",
+        help="FIELD=VALUE or FIELD~TEXT over key, partition, offset or a header "
+        "(error.type, error.message, original.topic, reason ...); repeatable, all must match",
+    ),
+]
+
+
+@dlq_app.command("show")
+@common.tool_errors
+def dlq_show(
+    topic: Annotated[str, typer.Argument(help="dead-letter topic")],
+    filters: Filters = None,
+    limit: Annotated[int, typer.Option(help="show at most this many records")] = 100,
+    traceback: Annotated[bool, typer.Option("--traceback", help="print each record's traceback")] = False,
+    bootstrap: Bootstrap = None,
+    json: Json = False,
+) -> None:
+    """List dead-lettered records with their error headers.
+
+    Example: laneway dlq show orders.dlq --filter error.type=ValueError --limit 20
+    """
+    parsed = dr.parse_filters(filters or [])
+    address, _ = common.connect(bootstrap)
+    with common.progress_bar(f"reading {topic}") as progress:
+        letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
+    ledger = dr.read_ledger(address, topic)
+    if json:
+        common.echo_json(
+            [
+                {**x.to_json(), "redriven_by": getattr(ledger.get(x.ledger_key), "redrive_id", None)}
+                for x in letters
+            ]
+        )
+        return
+    console = common.console()
+    table = Table(
+        "dlq p/offset",
+        "key",
+        "original",
+        "error",
+        "attempts",
+        "last failure",
+        "redriven",
+        title=f"{len(letters)} dead letter(s) in {topic}"
+        + (" (limit reached)" if len(letters) >= limit else ""),
+    )
+    for x in letters:
+        entry = ledger.get(x.ledger_key)
+        error = ": ".join(x.info[k] for k in (h.ERROR_TYPE, h.ERROR_MESSAGE) if x.info.get(k))
+        table.add_row(
+            f"{x.partition}/{x.offset}",
+            _short(x.field("key"), 24),
+            # a letter without its value: a redrive reads it from the original, while retained
+            x.original_position + (" (value left out)" if x.value_dropped else ""),
+            _short(error),
+            x.info.get(h.ATTEMPTS, "-"),
+            x.info.get(h.LAST_FAILURE, "-"),
+            entry.redrive_id if entry else "-",
+        )
+    console.print(table)
+    if traceback:
+        for x in letters:
+            console.rule(f"{x.partition}/{x.offset}")
+            missing = "(left out: over the size limit)" if h.DROPPED in x.info else "(no traceback)"
+            console.print(x.info.get(h.TRACEBACK, missing), markup=False, highlight=False)
+
+
+@dlq_app.command("redrive")
+@common.tool_errors
+def dlq_redrive(
+    topic: Annotated[str, typer.Argument(help="dead-letter topic")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="send here instead of each record's original topic")
+    ] = None,
+    filters: Filters = None,
+    limit: Annotated[int | None, typer.Option(help="move at most this many records")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="also move records an earlier redrive moved")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would move, change nothing")] = False,
+    bootstrap: Bootstrap = None,
+    json: Json = False,
+) -> None:
+    """Send dead-lettered records back to their original topic (or --to), once.
+
+    Each moved record is noted in the ledger topic TOPIC.redrive-ledger, in the same transaction.
+
+    Later redrives skip what the ledger names (--force overrides).
+
+    Example: laneway dlq redrive orders.dlq --filter error.type=TimeoutError --dry-run
+    """
+    parsed = dr.parse_filters(filters or [])
+    address, _ = common.connect(bootstrap)
+    with common.progress_bar(f"redriving {topic}") as progress:
+        report = rd.redrive(
+            address,
+            topic,
+            to=to,
+            filters=parsed,
+            limit=limit,
+            force=force,
+            dry_run=dry_run,
+            progress=progress,
+        )
+    if json:
+        common.echo_json(
+            {
+                "redrive_id": report.redrive_id,
+                "dlq_topic": report.dlq_topic,
+                "dry_run": report.dry_run,
+                "moved": report.moved,
+                "skipped": [
+                    {"dlq_partition": x.partition, "dlq_offset": x.offset, "by": e} for x, e in report.skipped
+                ],
+            }
+        )
+        return
+    console = common.console()
+    verb = "would move" if dry_run else "moved"
+    table = Table(
+        "dlq p/offset", "to topic", "partition", "offset", title=f"{verb} {len(report.moved)} record(s)"
+    )
+    for m in report.moved:
+        table.add_row(
+            f"{m.dlq_partition}/{m.dlq_offset}",
+            m.target_topic,
+            common.opt(m.target_partition),
+            common.opt(m.target_offset),
+        )
+    if report.moved:
+        console.print(table)
+    if report.skipped:
+        console.print(
+            f"skipped {len(report.skipped)} record(s) already redriven "
+            f"(by {', '.join(sorted({e.redrive_id for _, e in report.skipped}))}); --force moves them again"
+        )
+    if dry_run:
+        console.print("dry run: nothing changed")
+    elif report.moved:
+        console.print(f"redrive id {report.redrive_id}, recorded in {dr.ledger_topic(topic)}")
+    else:
+        console.print("nothing to move")

@@ -1,0 +1,235 @@
+"""``laneway lag`` and ``laneway replay``: a consumer group's lag, and resets of its offsets.
+
+The logic lives in :mod:`laneway.kafka.groups` and :mod:`laneway.kafka.replay`;
+:mod:`laneway.ops.kafka_cli` adds these commands to the root app.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from laneway.kafka.groups import GroupLag, group_lag, group_state
+from laneway.kafka.replay import (
+    ResetPlan,
+    ResetRow,
+    ResetTarget,
+    apply_reset,
+    check_no_live_members,
+    plan_reset,
+)
+from laneway.ops import cli_common as common
+from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.cli_common import Json
+from laneway.ops.parsing import parse_partition_offsets, parse_time
+
+__all__ = ["lag", "replay"]
+
+
+# -- lag -------------------------------------------------------------------------------
+
+
+def _lag_table(lag: GroupLag) -> Table:
+    when = datetime.fromtimestamp(lag.at, UTC).strftime("%H:%M:%S UTC")
+    table = Table(
+        "topic",
+        "partition",
+        "committed",
+        "end",
+        "lag",
+        "oldest unconsumed",
+        title=f"group {lag.group} ({lag.state}, {lag.members} member(s)): total lag {lag.total} at {when}",
+    )
+    for p in lag.partitions:
+        table.add_row(
+            p.topic,
+            str(p.partition),
+            common.opt(p.committed),
+            str(p.end),
+            str(p.lag),
+            common.age(p.oldest_age),
+        )
+    return table
+
+
+def _lag_json(lag: GroupLag) -> dict[str, Any]:
+    return {
+        "group": lag.group,
+        "state": lag.state,
+        "members": lag.members,
+        "total_lag": lag.total,
+        "at": lag.at,
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed": p.committed,
+                "end": p.end,
+                "lag": p.lag,
+                "oldest_unconsumed_timestamp": p.oldest_timestamp,
+                "oldest_unconsumed_age_seconds": p.oldest_age,
+            }
+            for p in lag.partitions
+        ],
+    }
+
+
+@common.tool_errors
+def lag(
+    group: Annotated[str, typer.Argument(help="consumer group id")],
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes with --watch")] = 2.0,
+    refreshes: Annotated[int, typer.Option(hidden=True, help="stop --watch after this many (tests)")] = 0,
+    bootstrap: Bootstrap = None,
+    json: Json = False,
+) -> None:
+    """Per partition: committed offset, end offset, lag, and age of the oldest unconsumed record.
+
+    Example: laneway lag orders-service --watch --interval 5
+    """
+    address, admin = common.connect(bootstrap)
+    if not watch:
+        result = group_lag(admin, address, group)
+        if json:
+            common.echo_json(_lag_json(result))
+        else:
+            common.console().print(_lag_table(result))
+        return
+    count = 0
+    try:
+        if json:  # one JSON document a line
+            while True:
+                typer.echo(orjson.dumps(_lag_json(group_lag(admin, address, group))).decode())
+                count += 1
+                if refreshes and count >= refreshes:
+                    return
+                time.sleep(interval)
+        with Live(
+            _lag_table(group_lag(admin, address, group)), console=common.console(), auto_refresh=False
+        ) as live:
+            count = 1
+            while not refreshes or count < refreshes:
+                time.sleep(interval)
+                live.update(_lag_table(group_lag(admin, address, group)), refresh=True)
+                count += 1
+    except KeyboardInterrupt:
+        return
+
+
+# -- replay ----------------------------------------------------------------------------
+
+
+def _plan_table(plan: ResetPlan, title: str, labels: tuple[str, str] = ("current", "new")) -> Table:
+    table = Table("topic", "partition", *labels, "change", "earliest", "latest", title=title)
+    for r in plan.rows:
+        change = "-" if r.before is None else f"{r.after - r.before:+d}"
+        table.add_row(
+            r.topic,
+            str(r.partition),
+            common.opt(r.before),
+            str(r.after),
+            change,
+            str(r.earliest),
+            str(r.latest),
+        )
+    return table
+
+
+def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
+    return {
+        "group": plan.group,
+        "target_group": plan.target_group,
+        "target": plan.target.describe(),
+        "applied": applied,
+        "partitions": [
+            {"topic": r.topic, "partition": r.partition, "before": r.before, "after": r.after}
+            for r in plan.rows
+        ],
+    }
+
+
+@common.tool_errors
+def replay(
+    group: Annotated[str, typer.Argument(help="consumer group id")],
+    to_time: Annotated[
+        str | None,
+        typer.Option(help="first record at or after this ISO-8601 time (UTC unless a zone is given)"),
+    ] = None,
+    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="the oldest retained record")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest", help="the end (skip everything)")] = False,
+    to_offset: Annotated[
+        list[str] | None, typer.Option(help="PARTITION:OFFSET or TOPIC:PARTITION:OFFSET; repeatable")
+    ] = None,
+    shift: Annotated[int | None, typer.Option(help="move by N records (negative: replay N back)")] = None,
+    topic: Annotated[
+        list[str] | None, typer.Option("--topic", "-t", help="only these topics (default: the group's)")
+    ] = None,
+    new_group: Annotated[
+        str | None,
+        typer.Option(help="write the offsets to this new group id instead (the group keeps running)"),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = False,
+    bootstrap: Bootstrap = None,
+    json: Json = False,
+) -> None:
+    """Reset a consumer group's offsets to replay (or skip) records.
+
+    Refused while the group has live members, unless --new-group names a new group id.
+
+    --dry-run prints the plan; a real run prints before and after.
+
+    Example: laneway replay orders-service --to-time 2026-11-20T10:00 --dry-run
+    """
+    chosen = [
+        x for x in (to_time is not None, to_earliest, to_latest, bool(to_offset), shift is not None) if x
+    ]
+    if len(chosen) != 1:
+        raise common.fail("give exactly one of --to-time, --to-earliest, --to-latest, --to-offset, --shift")
+    if to_time is not None:
+        target = ResetTarget.at_time(parse_time(to_time))
+    elif to_earliest:
+        target = ResetTarget.earliest()
+    elif to_latest:
+        target = ResetTarget.latest()
+    elif to_offset:
+        target = ResetTarget.to_offsets(parse_partition_offsets(to_offset))
+    else:
+        target = ResetTarget.by(shift or 0)
+    _, admin = common.connect(bootstrap)
+    plan = plan_reset(admin, group, target, topics=topic or (), new_group=new_group)
+    where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
+    if dry_run:
+        if json:
+            common.echo_json(_plan_json(plan, applied=False))
+            return
+        console = common.console()
+        console.print(_plan_table(plan, f"plan for {where}: {target.describe()}"))
+        console.print("dry run: nothing changed")
+        return
+    check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
+    if not json:
+        common.console().print(_plan_table(plan, f"before: {where}, to move {target.describe()}"))
+    done = apply_reset(admin, plan)
+    now = group_state(admin, plan.target_group).committed
+    after = ResetPlan(
+        done.group,
+        done.target_group,
+        done.target,
+        tuple(
+            ResetRow(
+                r.topic, r.partition, r.before, now.get((r.topic, r.partition), r.after), r.earliest, r.latest
+            )
+            for r in done.rows
+        ),
+    )
+    if json:
+        common.echo_json(_plan_json(after, applied=True))
+        return
+    common.console().print(_plan_table(after, f"after: {where}", labels=("before", "after")))
+    typer.echo(f"reset {len(after.rows)} partition(s) of {plan.target_group}")

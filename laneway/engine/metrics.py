@@ -1,6 +1,6 @@
 """The engine's metric hooks: a small protocol with a no-op default.
 
-The Prometheus implementation lives in :mod:`laneway.ops.metrics`; the engine only
+The Prometheus implementation lives in :mod:`laneway.monitor.metrics`; the engine only
 calls these methods. Hot-path calls (``processed``) must be cheap: the engine reports a
 run of events in one call.
 """

@@ -13,7 +13,7 @@ rotated per repeat:
   a record's event time to the commit of the batch that landed it), Spark's Kafka source
   at its defaults;
 * ``append-tuned``: the same append with the pipeline's Kafka source options
-  (``laneway.spark.pipeline.SOURCE_DEFAULTS``): what the MERGE costs beyond the append,
+  (``laneway.spark.settings.SOURCE_DEFAULTS``): what the MERGE costs beyond the append,
   like for like. Ratios are given against both.
 
 With ``LANEWAY_BENCH_SPARK_BASELINE`` set to the root of another checkout of the project
@@ -105,7 +105,7 @@ def contenders() -> list[str]:
 
 def _source_options(name: str) -> dict[str, str]:
     """The Kafka source options of append contender ``name`` (besides servers, topic, offsets)."""
-    from laneway.spark.pipeline import SOURCE_DEFAULTS
+    from laneway.spark.settings import SOURCE_DEFAULTS
 
     return dict(SOURCE_DEFAULTS) if name == "append-tuned" else {}
 
@@ -230,7 +230,7 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
         "entity_history holds every (entity, version) once, entities one row per entity at its last "
         "version (backlog), quarantine empty; *append*: every record landed once. *append-tuned*: "
         "the same append with the pipeline's Kafka source options (`SOURCE_DEFAULTS` in "
-        "`laneway/spark/pipeline.py`: a short `kafka.fetch.max.wait.ms`), so that *÷ append-tuned* "
+        "`laneway/spark/settings.py`: a short `kafka.fetch.max.wait.ms`), so that *÷ append-tuned* "
         "is the MERGE's cost alone."
     )
     if os.environ.get(BASELINE_ENV):

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from laneway.spark import schema
-from laneway.spark.pipeline import PipelineSettings, run_pipeline
+from laneway.spark.pipeline import run_pipeline
+from laneway.spark.settings import PipelineSettings
 from tests.spark.conftest import (
     TEST_JVM_OPTIONS,
     CatalogTopic,

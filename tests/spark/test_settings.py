@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from laneway.spark import pipeline, schema
-from laneway.spark.pipeline import AVAILABLE_NOW, PipelineSettings
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
+from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings
 
 
 def _settings(**kw: object) -> PipelineSettings:

@@ -358,7 +358,7 @@ def _freshness_from_table(session: Any, path: str, commits: dict[int, float]) ->
     """Weighted p50/p99 of commit time minus event time, per batch, as the pipeline computes it."""
     from pyspark.sql import functions as F
 
-    from laneway.spark.pipeline import _weighted_quantile
+    from laneway.spark.metrics import _weighted_quantile
 
     qs = [i / 100 for i in range(101)]
     rows = (

@@ -80,19 +80,23 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-
 from laneway.spark import schema
+from laneway.spark.metrics import (
+    _QUANTILES,
+    BatchReport,
+    PipelineMetrics,
+    PipelineResult,
+    _default_metrics,
+    _weighted_quantile,
+)
 from laneway.spark.session import SessionSettings, build_session
 from laneway.spark.settings import (
     _CHECKPOINT_FILE_MANAGER,
@@ -121,29 +125,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class BatchReport:
-    """One applied micro-batch. Freshness is None when the batch applied no record."""
-
-    batch_id: int
-    records: int
-    quarantined: int
-    freshness_p50_s: float | None
-    freshness_p99_s: float | None
-    duration_s: float
-
-
-@dataclass(frozen=True)
-class PipelineResult:
-    """What a run did. ``records`` counts valid records read (duplicates included)."""
-
-    batches: tuple[BatchReport, ...]
-    records: int
-    quarantined: int
-    freshness_p50_s: float | None
-    freshness_p99_s: float | None
-
-
 _CHECKPOINT_SIGNS = (
     "MALFORMED_LOG_FILE",
     "checkpoint",
@@ -170,69 +151,6 @@ def _explain(error: object, settings: PipelineSettings) -> str:
 
 class PipelineError(RuntimeError):
     """The streaming query failed; ``__cause__`` holds Spark's exception."""
-
-
-@dataclass(frozen=True)
-class PipelineMetrics:
-    """The pipeline's Prometheus metrics (names in the module docstring)."""
-
-    batches: Counter
-    records: Counter
-    quarantined: Counter
-    freshness: Gauge
-    batch_freshness_p99: Histogram
-    batch_duration: Histogram
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry | None = None) -> PipelineMetrics:
-        reg = registry if registry is not None else REGISTRY
-        buckets = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, math.inf)
-        return cls(
-            batches=Counter("laneway_pipeline_batches", "Micro-batches applied", registry=reg),
-            records=Counter("laneway_pipeline_records", "Valid records applied", registry=reg),
-            quarantined=Counter("laneway_pipeline_quarantined", "Records set aside", registry=reg),
-            freshness=Gauge(
-                "laneway_pipeline_freshness_seconds",
-                "Event time to commit time of the last batch",
-                ["quantile"],
-                registry=reg,
-            ),
-            batch_freshness_p99=Histogram(
-                "laneway_pipeline_batch_freshness_p99_seconds",
-                "p99 event-time-to-commit freshness of each batch",
-                buckets=buckets,
-                registry=reg,
-            ),
-            batch_duration=Histogram(
-                "laneway_pipeline_batch_duration_seconds",
-                "Wall time of a batch's writes",
-                buckets=buckets,
-                registry=reg,
-            ),
-        )
-
-
-@functools.cache
-def _default_metrics() -> PipelineMetrics:
-    return PipelineMetrics.create()
-
-
-# event-time quantiles computed per batch: enough to merge batches into overall p50/p99
-_QUANTILES = [i / 100 for i in range(101)]
-
-
-def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float | None:
-    """The q-quantile of (value, weight) points."""
-    if not points:
-        return None
-    ordered = sorted(points)
-    total = sum(w for _, w in ordered)
-    running = 0.0
-    for value, weight in ordered:
-        running += weight
-        if running >= q * total:
-            return value
-    return ordered[-1][0]
 
 
 #: Spark settings of the query's own session (a clone: the caller's session keeps its own),

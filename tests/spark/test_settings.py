@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laneway.spark import pipeline, schema
+from laneway.spark import metrics, pipeline, schema
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
 from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings
 
@@ -99,9 +99,9 @@ def test_stats_columns_are_columns_of_their_table() -> None:
 
 def test_weighted_quantile() -> None:
     points = [(float(v), 1.0) for v in range(1, 101)]
-    assert pipeline._weighted_quantile(points, 0.5) == 50.0
-    assert pipeline._weighted_quantile(points, 0.99) == 99.0
-    assert pipeline._weighted_quantile([], 0.5) is None
+    assert metrics._weighted_quantile(points, 0.5) == 50.0
+    assert metrics._weighted_quantile(points, 0.99) == 99.0
+    assert metrics._weighted_quantile([], 0.5) is None
 
 
 def test_table_paths() -> None:

@@ -97,6 +97,7 @@ from laneway.spark.metrics import (
     _default_metrics,
     _weighted_quantile,
 )
+from laneway.spark.parse import _latest, _parse
 from laneway.spark.session import SessionSettings, build_session
 from laneway.spark.settings import (
     _CHECKPOINT_FILE_MANAGER,
@@ -338,59 +339,6 @@ def _cores(spark: SparkSession) -> int:
     return 1 if n is None else (os.cpu_count() or 1) if n == "*" else max(1, int(n))
 
 
-def _reason_sql() -> str:
-    types = ", ".join(f"'{t}'" for t in schema.ENTITY_TYPES)
-    ops = ", ".join(f"'{o}'" for o in schema.OPS)
-    missing = " ".join(f"WHEN r.{name} IS NULL THEN 'missing {name}'" for name in schema.REQUIRED_FIELDS)
-    return (
-        "CASE WHEN value IS NULL THEN 'no value' "
-        "WHEN r IS NULL OR r._corrupt_record IS NOT NULL THEN 'malformed JSON or a field of the wrong type' "
-        f"{missing} "
-        "WHEN r.entity_id = '' THEN 'empty entity_id' "
-        f"WHEN r.entity_type NOT IN ({types}) THEN concat('unknown entity_type ', r.entity_type) "
-        f"WHEN r.op NOT IN ({ops}) THEN concat('unknown op ', r.op) "
-        "ELSE NULL END"
-    )
-
-
-def _parse(df: DataFrame, landed_at: datetime) -> DataFrame:
-    """Kafka rows -> (key, value, topic, kafka_partition, kafka_offset, kafka_timestamp, landed_at,
-    reason, and the record's fields: entity_id, entity_type, ...); ``value`` only when ``reason``.
-
-    ``landed_at`` is a column of the batch's persisted rows rather than a literal in each
-    MERGE: Spark inlines a literal into the Java code it generates for a query, so a new
-    timestamp each batch made every MERGE plan new code, compiled again (Janino), each batch.
-    """
-    from pyspark.sql import functions as F
-
-    return (
-        df.select(
-            F.col("key").cast("string").alias("key"),
-            F.col("value").cast("string").alias("value"),
-            F.col("topic"),
-            F.col("partition").alias("kafka_partition"),
-            F.col("offset").alias("kafka_offset"),
-            F.col("timestamp").alias("kafka_timestamp"),
-            F.lit(landed_at).cast("timestamp").alias("landed_at"),
-        )
-        .withColumn(
-            "r",
-            F.from_json(
-                F.col("value"), schema.record_schema(), {"columnNameOfCorruptRecord": "_corrupt_record"}
-            ),
-        )
-        .withColumn("reason", F.expr(_reason_sql()))
-        .select(
-            # only quarantine keeps the raw text: the persisted batch need not hold it twice
-            *("key", F.when(F.col("reason").isNotNull(), F.col("value")).alias("value"), "topic"),
-            *("kafka_partition", "kafka_offset", "kafka_timestamp", "landed_at", "reason"),
-            # the record's fields as columns of their own: a reader of the persisted batch then
-            # decodes only the columns it uses, where a struct column is decoded whole
-            *(F.col(f"r.{name}").alias(name) for name, _ in schema.RECORD_FIELDS),
-        )
-    )
-
-
 #: records per shuffle partition of a batch's MERGEs (module docstring)
 RECORDS_PER_SHUFFLE_PARTITION = 25_000
 
@@ -506,21 +454,6 @@ def _merge_history(
         # usually none (a replay, a duplicate across batches): nor is the batch shuffled for them
         fresh = source.join(F.broadcast(seen), keys, "left_anti")
     fresh.write.format("delta").mode("append").save(path)
-
-
-def _latest(valid: DataFrame) -> DataFrame:
-    """Per entity the batch's newest version (ties: the earliest offset), with ``deleted``."""
-    from pyspark.sql import functions as F
-
-    # planned as a sort aggregate (the max_by buffer, a struct, is not one Spark's hash aggregate
-    # holds), within the batch's partitions by entity_id: a sort of the batch, no shuffle
-    order = F.struct(F.col("version"), -F.col("kafka_partition"), -F.col("kafka_offset"))
-    return (
-        valid.groupBy("entity_id")
-        .agg(F.max_by(F.struct(*valid.columns), order).alias("newest"))
-        .select("newest.*")
-        .withColumn("deleted", F.col("op") == "delete")
-    )
 
 
 #: Delta's session setting: whether a MERGE on a table with deletion vectors enabled writes them

@@ -96,10 +96,10 @@ def test_replay_of_the_whole_topic_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     suspects_max: int | None,
 ) -> None:
-    from laneway.spark import pipeline
+    from laneway.spark import history
 
     if suspects_max is not None:  # more replayed entities than that: every key of a batch is checked
-        monkeypatch.setattr(pipeline, "SUSPECTS_MAX", suspects_max)
+        monkeypatch.setattr(history, "SUSPECTS_MAX", suspects_max)
     before = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
     settings = PipelineSettings(
         bootstrap=kafka_bootstrap,
@@ -339,7 +339,7 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
 ) -> None:
     """A batch deduplicates its (entity_id, version) keys only when two of its records share
     one (``_has_duplicate_keys``); both kinds of batch land each version once."""
-    from laneway.spark import pipeline
+    from laneway.spark import history
     from tests.spark.entities import _record
 
     once = [_record("table:db.a", "table", v, "create" if v == 1 else "update") for v in (1, 2, 3)]
@@ -348,8 +348,8 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
     rows = spark.createDataFrame(
         [(r["entity_id"], r["version"]) for r in twice], "entity_id STRING, version BIGINT"
     )
-    assert pipeline._has_duplicate_keys(rows.repartition(2, "entity_id"), keys)
-    assert not pipeline._has_duplicate_keys(rows.dropDuplicates(keys).repartition(2, "entity_id"), keys)
+    assert history._has_duplicate_keys(rows.repartition(2, "entity_id"), keys)
+    assert not history._has_duplicate_keys(rows.dropDuplicates(keys).repartition(2, "entity_id"), keys)
 
     topic = new_topic(kafka_admin, partitions=1)
     try:

@@ -189,9 +189,9 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
     with the entities MERGE failing, a history committed side by side would be ahead of
     ``entities`` and the replayed batch's rows appended again (the run's first batch checks
     every key: a replay from the failed run's own checkpoint would not show it)."""
-    from laneway.spark import pipeline
+    from laneway.spark import merge, pipeline
 
-    real = getattr(pipeline, failing)
+    real = getattr(merge, failing)
     calls = 0
 
     def fail_on_the_second_batch(*args: Any, **kwargs: Any) -> None:
@@ -204,11 +204,11 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
     settings = settings_under(
         tmp_path, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=30, compact_every=0
     )
-    monkeypatch.setattr(pipeline, failing, fail_on_the_second_batch)
+    monkeypatch.setattr(merge, failing, fail_on_the_second_batch)
     with pytest.raises(pipeline.PipelineError, match="injected"):
         run_pipeline(settings, spark)
     assert calls == 2
-    monkeypatch.setattr(pipeline, failing, real)
+    monkeypatch.setattr(merge, failing, real)
     replay = dataclasses.replace(settings, checkpoint=str(tmp_path / "checkpoint-replay"))
     result = run_pipeline(replay, spark)  # from the earliest offsets: the failed batch is the second again
     assert len(result.batches) >= 3
@@ -263,10 +263,10 @@ def test_deletion_vectors_on_an_existing_entities_table(
     then write deletion vectors and land the same state, history once per (entity, version)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import pipeline
+    from laneway.spark import merge, pipeline
 
     # every batch with them, however large against the table (test_deletion_vectors_for_small_batches)
-    monkeypatch.setattr(pipeline, "DELETION_VECTORS_SHARE_MAX", float("inf"))
+    monkeypatch.setattr(merge, "DELETION_VECTORS_SHARE_MAX", float("inf"))
 
     settings = settings_under(
         tmp_path,
@@ -304,7 +304,7 @@ def test_deletion_vectors_for_small_batches_only(
     write them in every MERGE)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import pipeline
+    from laneway.spark import merge
     from tests.spark.entities import _record
 
     ids = [f"table:db.t{i}" for i in range(100)]
@@ -312,7 +312,7 @@ def test_deletion_vectors_for_small_batches_only(
     # a hot key's records count once: the batch's entities against the table's rows
     small = [_record(i, "table", v, "update") for i in ids[:5] for v in (2, 3, 4)]  # 5 <= 0.1 x 100
     large = [_record(i, "table", 5, "update") for i in ids[:50]]  # 50 > 0.1 x 100
-    assert pipeline.DELETION_VECTORS_SHARE_MAX == 0.1
+    assert merge.DELETION_VECTORS_SHARE_MAX == 0.1
     topic = new_topic(kafka_admin, partitions=1)
     settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
     try:

@@ -107,6 +107,7 @@ from laneway.spark.settings import (
     PipelineSettings,
     _local,
 )
+from laneway.spark.tables import ensure_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -352,50 +353,6 @@ def _shuffle_partitions(records: int, configured: int, cores: int = 1) -> int:
     session 11")."""
     wanted = max(min(cores, configured), -(-records // RECORDS_PER_SHUFFLE_PARTITION))
     return max(1, min(configured, wanted))
-
-
-#: the table property that makes MERGE, UPDATE and DELETE write deletion vectors
-DELETION_VECTORS = "delta.enableDeletionVectors"
-
-
-def ensure_tables(spark: SparkSession, warehouse: str, *, deletion_vectors: bool = False) -> bool:
-    """Create the Delta tables under ``warehouse`` when they do not exist yet (side by side:
-    each creation is a Delta commit, mostly driver time). Returns whether ``entities`` has
-    deletion vectors enabled, by this call or before it (an earlier run with them, its owner).
-
-    ``deletion_vectors``: enable them on ``entities``, at creation or on the existing table.
-    A MERGE without them rewrites every file holding a row it updates: ``entities`` is held
-    in a few files (each MERGE writes it out in at most one per 25,000 records of its batch)
-    and a batch's entities are spread over all of them, so each batch copies the whole table.
-    With them it writes the batch's new rows and marks the old ones deleted, which pays for a
-    batch small against the table and costs on a large one: the pipeline chooses per batch
-    (``_deletion_vectors_pay``). Measured with ``python -m bench.spark_scale`` (BENCHMARKS.md,
-    "Spark: session 12"): batches of 3,000 records on 632,000 entities took 3.8 s with them
-    against 4.4 s without; a backlog of 250,000-record batches, which now rewrite, runs as
-    fast as without the option. OPTIMIZE (``compact_every``) rewrites the files whose rows are
-    mostly deleted.
-    """
-    from delta.tables import DeltaTable
-
-    def create(table: schema.TableName) -> None:
-        path = schema.table_path(warehouse, table)
-        properties = dict(schema.TABLE_PROPERTIES[table])
-        if deletion_vectors and table == schema.ENTITIES:
-            properties[DELETION_VECTORS] = "true"
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({schema.TABLE_DDL[table]}) USING DELTA "
-            f"TBLPROPERTIES ({props})"
-        )
-
-    _run_concurrently(spark, {table: functools.partial(create, table) for table in schema.TABLES})
-    path = schema.table_path(warehouse, schema.ENTITIES)
-    detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
-    if detail is not None and detail["properties"].get(DELETION_VECTORS) == "true":
-        return True
-    if deletion_vectors:  # a table created before: upgraded once, not on every start
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')")
-    return deletion_vectors
 
 
 def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWriter) -> Any:

@@ -263,7 +263,7 @@ def test_deletion_vectors_on_an_existing_entities_table(
     then write deletion vectors and land the same state, history once per (entity, version)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import merge, pipeline
+    from laneway.spark import merge, tables
 
     # every batch with them, however large against the table (test_deletion_vectors_for_small_batches)
     monkeypatch.setattr(merge, "DELETION_VECTORS_SHARE_MAX", float("inf"))
@@ -276,13 +276,13 @@ def test_deletion_vectors_on_an_existing_entities_table(
         compact_every=0,
         deletion_vectors=True,
     )
-    pipeline.ensure_tables(spark, settings.warehouse)  # as an earlier run without them left it
+    tables.ensure_tables(spark, settings.warehouse)  # as an earlier run without them left it
     table = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.ENTITIES))
-    assert pipeline.DELETION_VECTORS not in table.detail().first()["properties"]
+    assert tables.DELETION_VECTORS not in table.detail().first()["properties"]
     result = run_pipeline(settings, spark)
     assert len(result.batches) >= 3
 
-    assert table.detail().first()["properties"][pipeline.DELETION_VECTORS] == "true"
+    assert table.detail().first()["properties"][tables.DELETION_VECTORS] == "true"
     merges = [m["operationMetrics"] for m in table.history().where("operation = 'MERGE'").collect()]
     # the updated rows marked deleted in place: no row copied from a file into a new one
     assert sum(int(m["numTargetDeletionVectorsAdded"]) for m in merges) > 0

@@ -368,7 +368,7 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
 
 def test_batch_settings_stay_on_the_query_session(spark: Any, landed: Landed) -> None:
     """Each batch sets ``BATCH_CONF`` on the query's own session: the caller's keeps its own."""
-    from laneway.spark.pipeline import BATCH_CONF
+    from laneway.spark.batch import BATCH_CONF
 
     assert landed.result.records  # the pipeline ran on this session
     for key, value in BATCH_CONF.items():

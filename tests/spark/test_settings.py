@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laneway.spark import metrics, pipeline, schema
+from laneway.spark import batch, metrics, schema
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
 from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings
 
@@ -111,9 +111,9 @@ def test_table_paths() -> None:
 
 def test_shuffle_partitions_one_per_25k_records_at_least_one_per_core() -> None:
     # a small batch on a large entities table rewrites the table: on one task, one core worked
-    assert pipeline._shuffle_partitions(21, configured=4, cores=2) == 2
-    assert pipeline._shuffle_partitions(0, configured=4, cores=2) == 2
-    assert pipeline._shuffle_partitions(60_000, configured=4, cores=2) == 3
-    assert pipeline._shuffle_partitions(250_000, configured=4, cores=2) == 4  # at most the configured
-    assert pipeline._shuffle_partitions(21, configured=1, cores=8) == 1
-    assert pipeline._shuffle_partitions(21, configured=200, cores=1) == 1
+    assert batch._shuffle_partitions(21, configured=4, cores=2) == 2
+    assert batch._shuffle_partitions(0, configured=4, cores=2) == 2
+    assert batch._shuffle_partitions(60_000, configured=4, cores=2) == 3
+    assert batch._shuffle_partitions(250_000, configured=4, cores=2) == 4  # at most the configured
+    assert batch._shuffle_partitions(21, configured=1, cores=8) == 1
+    assert batch._shuffle_partitions(21, configured=200, cores=1) == 1

@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from laneway.errors import ConfigError
+
 __all__ = ["AVAILABLE_NOW", "SOURCE_DEFAULTS", "STREAMING_TRIGGER", "PipelineSettings"]
 
 AVAILABLE_NOW = "available-now"
@@ -72,7 +74,8 @@ def _interval_ms(trigger: str) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineSettings:
-    """What the pipeline reads, where it writes, and how it triggers. Validated on construction.
+    """What the pipeline reads, where it writes, and how it triggers. Validated on construction:
+    a ``ConfigError`` names every bad field.
 
     * ``warehouse``: folder (or Hadoop URI) holding the Delta tables, ``<warehouse>/entities`` ...
     * ``checkpoint``: the streaming query's checkpoint folder; a new one restarts from
@@ -127,7 +130,7 @@ class PipelineSettings:
         if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
             errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
         if errors:
-            raise ValueError("invalid PipelineSettings: " + "; ".join(errors))
+            raise ConfigError("PipelineSettings", "; ".join(errors))
         object.__setattr__(self, "warehouse", str(self.warehouse))
         object.__setattr__(self, "checkpoint", str(self.checkpoint))
         object.__setattr__(self, "source_options", dict(self.source_options))

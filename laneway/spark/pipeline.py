@@ -30,6 +30,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from laneway.errors import LanewayError
 from laneway.spark.batch import _BatchWriter
 from laneway.spark.metrics import PipelineMetrics, PipelineResult, _default_metrics
 from laneway.spark.session import SessionSettings, build_session
@@ -73,7 +74,7 @@ def _explain(error: object, settings: PipelineSettings) -> str:
     return f"the streaming query failed: {first}\n{text}"
 
 
-class PipelineError(RuntimeError):
+class PipelineError(LanewayError):
     """The streaming query failed; ``__cause__`` holds Spark's exception."""
 
 

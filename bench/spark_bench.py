@@ -13,12 +13,12 @@ rotated per repeat:
   a record's event time to the commit of the batch that landed it), Spark's Kafka source
   at its defaults;
 * ``append-tuned``: the same append with the pipeline's Kafka source options
-  (``laneway.spark.pipeline.SOURCE_DEFAULTS``): what the MERGE costs beyond the append,
+  (``laneway.spark.settings.SOURCE_DEFAULTS``): what the MERGE costs beyond the append,
   like for like. Ratios are given against both.
 
 With ``LANEWAY_BENCH_SPARK_BASELINE`` set to the root of another checkout of the project
 (``git archive <commit> laneway | tar -x -C DIR``), a third contender, ``merge-before``, runs
-that checkout's ``laneway/spark/pipeline.py`` in the same session, with that checkout's
+that checkout's pipeline (its ``laneway/spark`` modules) in the same session, with that checkout's
 runtime session settings (``spark.sql.*``, ``spark.databricks.delta.*``) applied around its
 runs: a before/after measured side by side, through the same checks.
 
@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.abc
 import importlib.util
 import json
 import os
@@ -56,7 +57,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 __all__ = ["run_spark"]
@@ -70,7 +73,7 @@ __all__ = ["run_spark"]
 SIZES = {"quick": (10_000, 1_000, 5_000, 1), "full": (300_000, 30_000, 100_000, 3)}
 #: the live phase: records/s produced while each pipeline runs on a processing-time trigger, seconds
 LIVE = {"quick": (10.0, 40.0), "full": (20.0, 60.0)}
-#: the pipeline's recommended processing-time trigger, for both contenders (see laneway.spark.pipeline)
+#: the pipeline's recommended processing-time trigger, for both contenders (see laneway.spark.settings)
 LIVE_TRIGGER = "10 seconds"
 ENTITY_TYPES = ("database", "table", "column", "owner", "lineage")
 #: the root of another checkout whose pipeline runs as the ``merge-before`` contender
@@ -105,7 +108,7 @@ def contenders() -> list[str]:
 
 def _source_options(name: str) -> dict[str, str]:
     """The Kafka source options of append contender ``name`` (besides servers, topic, offsets)."""
-    from laneway.spark.pipeline import SOURCE_DEFAULTS
+    from laneway.spark.settings import SOURCE_DEFAULTS
 
     return dict(SOURCE_DEFAULTS) if name == "append-tuned" else {}
 
@@ -230,7 +233,7 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
         "entity_history holds every (entity, version) once, entities one row per entity at its last "
         "version (backlog), quarantine empty; *append*: every record landed once. *append-tuned*: "
         "the same append with the pipeline's Kafka source options (`SOURCE_DEFAULTS` in "
-        "`laneway/spark/pipeline.py`: a short `kafka.fetch.max.wait.ms`), so that *÷ append-tuned* "
+        "`laneway/spark/settings.py`: a short `kafka.fetch.max.wait.ms`), so that *÷ append-tuned* "
         "is the MERGE's cost alone."
     )
     if os.environ.get(BASELINE_ENV):
@@ -256,34 +259,80 @@ def _cpu_seconds() -> float:
     return float(total)
 
 
+#: what a MERGE contender is run through, in whichever of its checkout's modules defines it
+ENTRY = ("run_pipeline", "PipelineSettings", "PipelineMetrics", "ensure_tables")
+#: the modules of ``laneway/spark`` a contender is not run through
+_NOT_PIPELINE = frozenset({"__init__", "cli"})
+
+
+class _CheckoutFinder(importlib.abc.MetaPathFinder):
+    """Imports ``laneway.spark.<name>`` from another checkout's ``laneway/spark`` folder."""
+
+    def __init__(self, folder: Path, names: frozenset[str]) -> None:
+        self.folder = folder
+        self.names = names
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, name = fullname.rpartition(".")
+        if package != "laneway.spark" or name not in self.names:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.folder / f"{name}.py")
+
+
+def _checkout_modules(root: Path) -> dict[str, ModuleType]:
+    """The Spark modules of the checkout at ``root``, by name, importing each other (``from
+    laneway.spark.x import ...``, ``from laneway.spark import x``), not this checkout's: for
+    the import, this checkout's are set aside in ``sys.modules`` and the ``laneway.spark``
+    package, then put back. An import inside a function, run later, would get this checkout's."""
+    folder = root / "laneway" / "spark"
+    names = frozenset(p.stem for p in folder.glob("*.py")) - _NOT_PIPELINE
+    package = importlib.import_module("laneway.spark")
+    modules = {n: sys.modules.pop(f"laneway.spark.{n}", None) for n in names}
+    attributes = {n: package.__dict__.pop(n, None) for n in names}
+    finder = _CheckoutFinder(folder, names)
+    sys.meta_path.insert(0, finder)
+    try:
+        return {n: importlib.import_module(f"laneway.spark.{n}") for n in sorted(names)}
+    finally:
+        sys.meta_path.remove(finder)
+        for n in names:
+            sys.modules.pop(f"laneway.spark.{n}", None)
+            package.__dict__.pop(n, None)
+            if modules[n] is not None:
+                sys.modules[f"laneway.spark.{n}"] = modules[n]
+            if attributes[n] is not None:
+                setattr(package, n, attributes[n])
+
+
+def _current_modules() -> dict[str, ModuleType]:
+    """This checkout's Spark modules, by name."""
+    import laneway.spark
+
+    folder = Path(laneway.spark.__path__[0])
+    names = sorted(frozenset(p.stem for p in folder.glob("*.py")) - _NOT_PIPELINE)
+    return {n: importlib.import_module(f"laneway.spark.{n}") for n in names}
+
+
+def _entry(modules: Mapping[str, ModuleType]) -> SimpleNamespace:
+    """A contender's ``ENTRY`` names, wherever its modules define them, and ``modules``."""
+    found = {name: next(vars(m)[name] for m in modules.values() if name in vars(m)) for name in ENTRY}
+    return SimpleNamespace(modules=dict(modules), **found)
+
+
 @functools.cache
-def _baseline() -> tuple[Any, dict[str, str]]:
-    """The baseline checkout's pipeline module and its runtime session settings."""
-    root = Path(os.environ[BASELINE_ENV])
-    modules = {}
-    for name in ("schema", "pipeline", "session"):
-        path = root / "laneway" / "spark" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        modules[name] = module
-    # the baseline pipeline imported this checkout's ``laneway.spark.schema``: its tables (DDL,
-    # table properties) are the baseline's own
-    modules["pipeline"].schema = modules["schema"]
+def _baseline() -> tuple[SimpleNamespace, dict[str, str]]:
+    """The baseline checkout's pipeline (``_entry``) and its runtime session settings."""
+    modules = _checkout_modules(Path(os.environ[BASELINE_ENV]))
     conf = modules["session"].SessionSettings(master="local[2]").spark_conf([])
     runtime = {k: v for k, v in conf.items() if k.startswith(("spark.sql.", "spark.databricks.delta."))}
-    return modules["pipeline"], runtime
+    return _entry(modules), runtime
 
 
 @contextlib.contextmanager
 def _pipeline(session: Any, name: str) -> Any:
-    """The pipeline module of contender ``name``, with its session settings applied meanwhile."""
-    import laneway.spark.pipeline as current
-
+    """The pipeline of contender ``name`` (``_entry``), with its session settings applied meanwhile."""
     if name != "merge-before":
-        yield current
+        yield _entry(_current_modules())
         return
     module, conf = _baseline()
     saved: dict[str, str | None] = {}
@@ -358,7 +407,7 @@ def _freshness_from_table(session: Any, path: str, commits: dict[int, float]) ->
     """Weighted p50/p99 of commit time minus event time, per batch, as the pipeline computes it."""
     from pyspark.sql import functions as F
 
-    from laneway.spark.pipeline import _weighted_quantile
+    from laneway.spark.metrics import _weighted_quantile
 
     qs = [i / 100 for i in range(101)]
     rows = (
@@ -574,27 +623,37 @@ def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from laneway.spark import pipeline, schema
+    from laneway.spark import schema
+    from laneway.spark.batch import BATCH_CONF, _cores
+    from laneway.spark.merge import _run_concurrently
+    from laneway.spark.parse import _latest, _parse
+    from laneway.spark.pipeline import _stream
+    from laneway.spark.settings import (
+        _CHECKPOINT_FILE_MANAGER,
+        _LOCAL_CHECKPOINT_FILE_MANAGER,
+        PipelineSettings,
+    )
+    from laneway.spark.tables import ensure_tables
 
     paths = {t: schema.table_path(base, t) for t in schema.TABLES}
-    pipeline.ensure_tables(session, str(base))
+    ensure_tables(session, str(base))
     batches = []
 
     def write(df: Any, batch_id: int) -> None:
         spark = df.sparkSession
-        for key, value in pipeline.BATCH_CONF.items():
+        for key, value in BATCH_CONF.items():
             spark.conf.set(key, value)
-        spark.conf.set(pipeline._CHECKPOINT_FILE_MANAGER, pipeline._LOCAL_CHECKPOINT_FILE_MANAGER)
+        spark.conf.set(_CHECKPOINT_FILE_MANAGER, _LOCAL_CHECKPOINT_FILE_MANAGER)
         parsed = (
-            pipeline._parse(df, datetime.now(UTC))
-            .repartition(pipeline._cores(spark), F.col("entity_id"))
+            _parse(df, datetime.now(UTC))
+            .repartition(_cores(spark), F.col("entity_id"))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         parsed.count()
         valid = parsed.where(F.col("reason").isNull()).select(
             *(name for name, _ in schema.RECORD_FIELDS), "kafka_partition", "kafka_offset", "landed_at"
         )
-        latest = pipeline._latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
+        latest = _latest(valid).persist(StorageLevel.MEMORY_AND_DISK)
         edges = latest.where(
             (F.col("entity_type") == "lineage")
             & ~F.col("deleted")
@@ -610,7 +669,7 @@ def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
             "lineage": (edges, schema.LINEAGE_EDGES),
         }
         try:
-            pipeline._run_concurrently(
+            _run_concurrently(
                 spark,
                 {
                     name: functools.partial(rows.write.format("delta").mode("append").save, paths[table])
@@ -623,14 +682,14 @@ def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
         batches.append(batch_id)
 
     # started as the pipeline starts its own query: its source options, trigger, checkpoint manager
-    settings = pipeline.PipelineSettings(
+    settings = PipelineSettings(
         bootstrap=spec["bootstrap"],
         warehouse=str(base),
         checkpoint=str(base) + "-checkpoint",
         topic=spec["topic"],
         max_offsets_per_trigger=spec["max_offsets_per_trigger"],
     )
-    query = pipeline._stream(session, settings, write)
+    query = _stream(session, settings, write)
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))

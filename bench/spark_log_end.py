@@ -8,7 +8,7 @@ the wall time of each read:
 * ``first`` and ``middle``: two thirds that stop short of the end of the log;
 * ``to-end``: the last third, ending at each partition's end offset, as every micro-batch of
   a live stream does, at Kafka's default ``fetch.max.wait.ms`` (500 ms) and with the
-  pipeline's ``laneway.spark.pipeline.SOURCE_DEFAULTS``;
+  pipeline's ``laneway.spark.settings.SOURCE_DEFAULTS``;
 * ``to-end-2``: the last third less two records per partition (the wait is on the prefetch
   the consumer sends before it returns what it has, so stopping just short does not avoid it).
 
@@ -35,8 +35,8 @@ def main(argv: list[str]) -> int:
 
     from bench.kafka_io import Kafka
     from bench.spark_bench import produce_entities
-    from laneway.spark.pipeline import SOURCE_DEFAULTS
     from laneway.spark.session import SessionSettings, build_session
+    from laneway.spark.settings import SOURCE_DEFAULTS
 
     kafka = Kafka(args.bootstrap)
     topic = kafka.topic("spark-log-end", 8)

@@ -41,9 +41,12 @@ def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> 
     from prometheus_client import CollectorRegistry
 
     with _pipeline(session, "merge-before" if variant == "before" else "merge") as pipeline:
-        share = getattr(pipeline, "DELETION_VECTORS_SHARE_MAX", None)
+        # set where the choice reads it: the module defining it, whatever the checkout's layout
+        owners = [m for m in pipeline.modules.values() if "DELETION_VECTORS_SHARE_MAX" in vars(m)]
+        shares = [m.DELETION_VECTORS_SHARE_MAX for m in owners]
         if variant == "dv-always":
-            pipeline.DELETION_VECTORS_SHARE_MAX = float("inf")
+            for m in owners:
+                m.DELETION_VECTORS_SHARE_MAX = float("inf")
         t0 = time.monotonic()
         try:
             res = pipeline.run_pipeline(
@@ -61,8 +64,8 @@ def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> 
                 metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
             )
         finally:
-            if share is not None:
-                pipeline.DELETION_VECTORS_SHARE_MAX = share
+            for m, share in zip(owners, shares, strict=True):
+                m.DELETION_VECTORS_SHARE_MAX = share
         return time.monotonic() - t0, res
 
 

@@ -338,14 +338,11 @@ def _run_spark(
     registry: CollectorRegistry,
 ) -> Any:
     """Stream ``catalog.entities`` into Delta until ``stop``, then drain what is left (available-now)."""
-    from laneway.spark.pipeline import (
-        STREAMING_TRIGGER,
-        PipelineMetrics,
-        PipelineSettings,
-        ensure_tables,
-        run_pipeline,
-    )
+    from laneway.spark.metrics import PipelineMetrics
+    from laneway.spark.pipeline import run_pipeline
     from laneway.spark.session import SessionSettings, build_session
+    from laneway.spark.settings import STREAMING_TRIGGER, PipelineSettings
+    from laneway.spark.tables import ensure_tables
 
     try:
         spark = build_session(SessionSettings(master="local[2]", app_name="laneway-demo"))

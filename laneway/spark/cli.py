@@ -67,7 +67,8 @@ def run(
     Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
     """
     from laneway.ops.bootstrap import resolve_bootstrap
-    from laneway.spark.pipeline import PipelineError, PipelineSettings, run_pipeline
+    from laneway.spark.pipeline import PipelineError, run_pipeline
+    from laneway.spark.settings import PipelineSettings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from laneway.errors import ConfigError
 from laneway.ops import jars
 
 if TYPE_CHECKING:
@@ -89,10 +90,10 @@ class SessionSettings:
 
     def __post_init__(self) -> None:
         if not self.master.strip():
-            raise ValueError("SessionSettings.master: must not be empty")
+            raise ConfigError("SessionSettings.master", "must not be empty")
         if self.shuffle_partitions < 1:
-            raise ValueError(
-                f"SessionSettings.shuffle_partitions: must be >= 1, got {self.shuffle_partitions}"
+            raise ConfigError(
+                "SessionSettings.shuffle_partitions", f"must be >= 1, got {self.shuffle_partitions}"
             )
         object.__setattr__(self, "conf", dict(self.conf))  # a private copy
 

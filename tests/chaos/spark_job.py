@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from laneway.spark import schema
-from laneway.spark.pipeline import PipelineSettings, run_pipeline
+from laneway.spark.pipeline import run_pipeline
 from laneway.spark.session import SessionSettings, build_session
+from laneway.spark.settings import PipelineSettings
 
 CONTRACT = [name for name, _ in schema.RECORD_FIELDS]
 

@@ -14,8 +14,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from laneway.spark import schema
-from laneway.spark.pipeline import PipelineMetrics, PipelineResult, PipelineSettings, run_pipeline
+from laneway.spark.metrics import PipelineMetrics, PipelineResult
+from laneway.spark.pipeline import run_pipeline
 from laneway.spark.session import SessionSettings, build_session
+from laneway.spark.settings import PipelineSettings
 from tests.spark.entities import MALFORMED, Record, catalog_stream, produce
 
 # the contract fields an ``entities`` row must carry over from the newest record

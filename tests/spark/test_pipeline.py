@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from laneway.spark import schema
-from laneway.spark.pipeline import PipelineSettings, run_pipeline
+from laneway.spark.pipeline import run_pipeline
+from laneway.spark.settings import PipelineSettings
 from tests.spark.conftest import (
     TEST_JVM_OPTIONS,
     CatalogTopic,
@@ -95,10 +96,10 @@ def test_replay_of_the_whole_topic_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     suspects_max: int | None,
 ) -> None:
-    from laneway.spark import pipeline
+    from laneway.spark import history
 
     if suspects_max is not None:  # more replayed entities than that: every key of a batch is checked
-        monkeypatch.setattr(pipeline, "SUSPECTS_MAX", suspects_max)
+        monkeypatch.setattr(history, "SUSPECTS_MAX", suspects_max)
     before = {t: read_table(spark, landed.warehouse, t) for t in schema.TABLES}
     settings = PipelineSettings(
         bootstrap=kafka_bootstrap,
@@ -188,9 +189,9 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
     with the entities MERGE failing, a history committed side by side would be ahead of
     ``entities`` and the replayed batch's rows appended again (the run's first batch checks
     every key: a replay from the failed run's own checkpoint would not show it)."""
-    from laneway.spark import pipeline
+    from laneway.spark import merge, pipeline
 
-    real = getattr(pipeline, failing)
+    real = getattr(merge, failing)
     calls = 0
 
     def fail_on_the_second_batch(*args: Any, **kwargs: Any) -> None:
@@ -203,11 +204,11 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
     settings = settings_under(
         tmp_path, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=30, compact_every=0
     )
-    monkeypatch.setattr(pipeline, failing, fail_on_the_second_batch)
+    monkeypatch.setattr(merge, failing, fail_on_the_second_batch)
     with pytest.raises(pipeline.PipelineError, match="injected"):
         run_pipeline(settings, spark)
     assert calls == 2
-    monkeypatch.setattr(pipeline, failing, real)
+    monkeypatch.setattr(merge, failing, real)
     replay = dataclasses.replace(settings, checkpoint=str(tmp_path / "checkpoint-replay"))
     result = run_pipeline(replay, spark)  # from the earliest offsets: the failed batch is the second again
     assert len(result.batches) >= 3
@@ -262,10 +263,10 @@ def test_deletion_vectors_on_an_existing_entities_table(
     then write deletion vectors and land the same state, history once per (entity, version)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import pipeline
+    from laneway.spark import merge, tables
 
     # every batch with them, however large against the table (test_deletion_vectors_for_small_batches)
-    monkeypatch.setattr(pipeline, "DELETION_VECTORS_SHARE_MAX", float("inf"))
+    monkeypatch.setattr(merge, "DELETION_VECTORS_SHARE_MAX", float("inf"))
 
     settings = settings_under(
         tmp_path,
@@ -275,13 +276,13 @@ def test_deletion_vectors_on_an_existing_entities_table(
         compact_every=0,
         deletion_vectors=True,
     )
-    pipeline.ensure_tables(spark, settings.warehouse)  # as an earlier run without them left it
+    tables.ensure_tables(spark, settings.warehouse)  # as an earlier run without them left it
     table = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.ENTITIES))
-    assert pipeline.DELETION_VECTORS not in table.detail().first()["properties"]
+    assert tables.DELETION_VECTORS not in table.detail().first()["properties"]
     result = run_pipeline(settings, spark)
     assert len(result.batches) >= 3
 
-    assert table.detail().first()["properties"][pipeline.DELETION_VECTORS] == "true"
+    assert table.detail().first()["properties"][tables.DELETION_VECTORS] == "true"
     merges = [m["operationMetrics"] for m in table.history().where("operation = 'MERGE'").collect()]
     # the updated rows marked deleted in place: no row copied from a file into a new one
     assert sum(int(m["numTargetDeletionVectorsAdded"]) for m in merges) > 0
@@ -303,7 +304,7 @@ def test_deletion_vectors_for_small_batches_only(
     write them in every MERGE)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import pipeline
+    from laneway.spark import merge
     from tests.spark.entities import _record
 
     ids = [f"table:db.t{i}" for i in range(100)]
@@ -311,7 +312,7 @@ def test_deletion_vectors_for_small_batches_only(
     # a hot key's records count once: the batch's entities against the table's rows
     small = [_record(i, "table", v, "update") for i in ids[:5] for v in (2, 3, 4)]  # 5 <= 0.1 x 100
     large = [_record(i, "table", 5, "update") for i in ids[:50]]  # 50 > 0.1 x 100
-    assert pipeline.DELETION_VECTORS_SHARE_MAX == 0.1
+    assert merge.DELETION_VECTORS_SHARE_MAX == 0.1
     topic = new_topic(kafka_admin, partitions=1)
     settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
     try:
@@ -338,7 +339,7 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
 ) -> None:
     """A batch deduplicates its (entity_id, version) keys only when two of its records share
     one (``_has_duplicate_keys``); both kinds of batch land each version once."""
-    from laneway.spark import pipeline
+    from laneway.spark import history
     from tests.spark.entities import _record
 
     once = [_record("table:db.a", "table", v, "create" if v == 1 else "update") for v in (1, 2, 3)]
@@ -347,8 +348,8 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
     rows = spark.createDataFrame(
         [(r["entity_id"], r["version"]) for r in twice], "entity_id STRING, version BIGINT"
     )
-    assert pipeline._has_duplicate_keys(rows.repartition(2, "entity_id"), keys)
-    assert not pipeline._has_duplicate_keys(rows.dropDuplicates(keys).repartition(2, "entity_id"), keys)
+    assert history._has_duplicate_keys(rows.repartition(2, "entity_id"), keys)
+    assert not history._has_duplicate_keys(rows.dropDuplicates(keys).repartition(2, "entity_id"), keys)
 
     topic = new_topic(kafka_admin, partitions=1)
     try:
@@ -367,7 +368,7 @@ def test_a_record_twice_in_one_batch_lands_in_history_once(
 
 def test_batch_settings_stay_on_the_query_session(spark: Any, landed: Landed) -> None:
     """Each batch sets ``BATCH_CONF`` on the query's own session: the caller's keeps its own."""
-    from laneway.spark.pipeline import BATCH_CONF
+    from laneway.spark.batch import BATCH_CONF
 
     assert landed.result.records  # the pipeline ran on this session
     for key, value in BATCH_CONF.items():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from laneway.spark import pipeline, schema
-from laneway.spark.pipeline import AVAILABLE_NOW, PipelineSettings
+from laneway.spark import batch, metrics, schema
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
+from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings
 
 
 def _settings(**kw: object) -> PipelineSettings:
@@ -99,9 +99,9 @@ def test_stats_columns_are_columns_of_their_table() -> None:
 
 def test_weighted_quantile() -> None:
     points = [(float(v), 1.0) for v in range(1, 101)]
-    assert pipeline._weighted_quantile(points, 0.5) == 50.0
-    assert pipeline._weighted_quantile(points, 0.99) == 99.0
-    assert pipeline._weighted_quantile([], 0.5) is None
+    assert metrics._weighted_quantile(points, 0.5) == 50.0
+    assert metrics._weighted_quantile(points, 0.99) == 99.0
+    assert metrics._weighted_quantile([], 0.5) is None
 
 
 def test_table_paths() -> None:
@@ -111,9 +111,9 @@ def test_table_paths() -> None:
 
 def test_shuffle_partitions_one_per_25k_records_at_least_one_per_core() -> None:
     # a small batch on a large entities table rewrites the table: on one task, one core worked
-    assert pipeline._shuffle_partitions(21, configured=4, cores=2) == 2
-    assert pipeline._shuffle_partitions(0, configured=4, cores=2) == 2
-    assert pipeline._shuffle_partitions(60_000, configured=4, cores=2) == 3
-    assert pipeline._shuffle_partitions(250_000, configured=4, cores=2) == 4  # at most the configured
-    assert pipeline._shuffle_partitions(21, configured=1, cores=8) == 1
-    assert pipeline._shuffle_partitions(21, configured=200, cores=1) == 1
+    assert batch._shuffle_partitions(21, configured=4, cores=2) == 2
+    assert batch._shuffle_partitions(0, configured=4, cores=2) == 2
+    assert batch._shuffle_partitions(60_000, configured=4, cores=2) == 3
+    assert batch._shuffle_partitions(250_000, configured=4, cores=2) == 4  # at most the configured
+    assert batch._shuffle_partitions(21, configured=1, cores=8) == 1
+    assert batch._shuffle_partitions(21, configured=200, cores=1) == 1

@@ -1,0 +1,147 @@
+"""The pipeline's settings (``PipelineSettings``), its triggers and its Kafka source defaults.
+
+Triggers: ``available-now`` backfills and stops. For a continuous run use a processing-time
+trigger of ``STREAMING_TRIGGER`` (10 s) or more: a record waits up to one interval for its
+batch to start and then for the batch's MERGEs (a batch of a few hundred records took 3-4 s
+on two quiet cores, ~9 s on the shared benchmark box: mostly a fixed cost per batch), so
+freshness p99 is about interval + batch time, within two intervals as long as a batch
+takes less than one. Shorter intervals buy little: the MERGEs' fixed cost per batch
+stays, each batch adds Delta files and log entries, and below the batch time the query
+simply runs back to back, later than asked.
+
+On the local file system (a path without a scheme, or ``file:``), the streaming checkpoint
+(a local checkpoint path) and Delta's checksum files (local warehouse and checkpoint paths)
+are written with Spark's ``FileSystemBasedCheckpointFileManager``: the default one renames through Hadoop's
+FileContext, whose local implementation forks a ``readlink`` process per file checked, twice
+per rename, each fork costing milliseconds of a large JVM (about 400 forks per 300,000-record
+run of four batches). Set on the query's own session; the caller's is left as it was
+(``laneway.spark.pipeline`` for the query, ``laneway.spark.batch`` for each batch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from laneway.errors import ConfigError
+
+__all__ = ["AVAILABLE_NOW", "SOURCE_DEFAULTS", "STREAMING_TRIGGER", "PipelineSettings"]
+
+AVAILABLE_NOW = "available-now"
+#: the recommended processing-time trigger for a continuous run (module docstring: Triggers)
+STREAMING_TRIGGER = "10 seconds"
+
+_INTERVAL = re.compile(
+    r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$"
+)
+
+
+#: Spark's Kafka source options the pipeline sets unless ``source_options`` does.
+#: ``kafka.fetch.max.wait.ms``: an executor's Kafka consumer sends its next fetch before it
+#: returns the records it has; at the end of the log the broker holds that fetch for up to
+#: this long (Kafka's default: 500 ms) waiting for new records, and the task waits with it.
+#: Every batch of a live stream and the last one of a backlog end there. Reading the last
+#: 100,000 of 300,000 records over 8 partitions (``local[2]``) took 2.5-2.9 s, against 0.5 s
+#: for as many records short of the end, or to the end with a 10 ms wait (BENCHMARKS.md,
+#: "Spark: session 8"). A task never reads past its batch's end offsets, so a short wait adds
+#: no fetches while the topic is idle.
+SOURCE_DEFAULTS: Mapping[str, str] = {"kafka.fetch.max.wait.ms": "10"}
+
+# On the local file system, Spark's default checkpoint file manager (Hadoop FileContext) forks
+# a shell process (readlink) twice per rename; the streaming checkpoint renames two files per
+# batch and Delta one checksum file per commit. FileSystem renames do not fork (module docstring).
+_CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+_LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+)
+
+
+def _local(path: str) -> bool:
+    """Whether ``path`` is on the local file system (no scheme, or ``file:``)."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None or path.startswith("file:")
+
+
+def _interval_ms(trigger: str) -> int | None:
+    """``"10s"``, ``"500 ms"``, ``"2 minutes"`` -> milliseconds; anything else -> None."""
+    match = _INTERVAL.match(trigger)
+    if match is None:
+        return None
+    unit = match.group("unit")
+    factor = 1 if unit.startswith(("ms", "milli")) else 1000 if unit.startswith("s") else 60_000
+    return round(float(match.group("n")) * factor)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSettings:
+    """What the pipeline reads, where it writes, and how it triggers. Validated on construction:
+    a ``ConfigError`` names every bad field.
+
+    * ``warehouse``: folder (or Hadoop URI) holding the Delta tables, ``<warehouse>/entities`` ...
+    * ``checkpoint``: the streaming query's checkpoint folder; a new one restarts from
+      ``starting_offsets`` (``"earliest"``, ``"latest"`` or Spark's per-partition JSON).
+    * ``trigger``: ``"available-now"`` (process what is there, in batches of at most
+      ``max_offsets_per_trigger``, then stop) or a processing-time interval (``"10s"``,
+      ``"500ms"``, ``"1 minute"``) for a continuous run; ``STREAMING_TRIGGER`` (10 s) is
+      the recommended one.
+    * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
+    * ``deletion_vectors``: a batch small against ``entities`` (at most
+      ``DELETION_VECTORS_SHARE_MAX`` of its entities per row) MERGEs by marking the replaced rows
+      deleted (Delta deletion vectors) instead of rewriting every file that holds one; a
+      larger batch, which would touch most rows anyway, rewrites. Enabled on the table when
+      it is created or, for an existing table, when the pipeline starts (the table's
+      protocol is upgraded: its readers need deletion vector support). For catalogs of
+      millions of entities fed in small live batches; see ``ensure_tables``. A table that has
+      them enabled already is MERGEd the same way with or without this option.
+    * ``source_options``: passed verbatim to Spark's Kafka source
+      (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...), over ``SOURCE_DEFAULTS``.
+    * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
+    """
+
+    bootstrap: str
+    warehouse: str
+    checkpoint: str
+    topic: str = "catalog.entities"
+    trigger: str = AVAILABLE_NOW
+    max_offsets_per_trigger: int | None = None
+    starting_offsets: str = "earliest"
+    master: str = "local[*]"
+    compact_every: int = 50
+    deletion_vectors: bool = False
+    source_options: Mapping[str, str] = field(default_factory=dict)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        errors: list[str] = []
+        for name in ("bootstrap", "warehouse", "checkpoint", "topic", "master", "starting_offsets"):
+            if not str(getattr(self, name)).strip():
+                errors.append(f"{name}: must not be empty")
+        if self.trigger != AVAILABLE_NOW:
+            ms = _interval_ms(self.trigger)
+            if ms is None or ms <= 0:
+                errors.append(
+                    f"trigger: {self.trigger!r} is neither 'available-now' nor an interval like '10s'"
+                )
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            errors.append(f"max_offsets_per_trigger: must be >= 1, got {self.max_offsets_per_trigger}")
+        if self.compact_every < 0:
+            errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
+        offsets = self.starting_offsets.strip()
+        if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
+            errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
+        if errors:
+            raise ConfigError("PipelineSettings", "; ".join(errors))
+        object.__setattr__(self, "warehouse", str(self.warehouse))
+        object.__setattr__(self, "checkpoint", str(self.checkpoint))
+        object.__setattr__(self, "source_options", dict(self.source_options))
+        object.__setattr__(self, "spark_conf", dict(self.spark_conf))
+
+    def kafka_source_options(self) -> dict[str, str]:
+        """The options the pipeline gives Spark's Kafka source besides the servers, topic and
+        offsets: ``SOURCE_DEFAULTS`` overridden by ``source_options``."""
+        return {**SOURCE_DEFAULTS, **self.source_options}
+
+    @property
+    def trigger_interval_ms(self) -> int | None:
+        """The processing-time interval in milliseconds; None for available-now."""
+        return None if self.trigger == AVAILABLE_NOW else _interval_ms(self.trigger)

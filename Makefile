@@ -24,7 +24,7 @@ venv: $(STAMP) ## create the virtualenv and install Laneway with its tools (reus
 
 .PHONY: jars
 jars: $(STAMP) ## fetch the Kafka broker and Spark extra jars from Maven Central (cached in ~/.cache/laneway)
-	$(PY) -m laneway.ops.jars kafka spark
+	$(PY) -m laneway.jars kafka spark
 
 .PHONY: lint
 lint: $(STAMP) ## ruff and mypy --strict

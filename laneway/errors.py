@@ -27,9 +27,9 @@ it. A second base in brackets is there for callers that catch it::
     │   ├── SourceError             laneway.catalog.source: the metadata source's errors
     │   │   └── SourceUnavailable   a transient source failure: retry
     │   └── CatalogProduceError     laneway.catalog.producing: producing a stream stopped [RuntimeError]
-    ├── PipelineError               laneway.spark.pipeline: the streaming query failed [RuntimeError]
+    ├── PipelineError               laneway.spark.pipeline: the streaming query failed
     ├── BrokerError                 laneway.ops.broker: the local broker failed [RuntimeError]
-    └── JarFetchError               laneway.ops.jars: Maven could not fetch a bundle [RuntimeError]
+    └── JarFetchError               laneway.jars: Maven could not fetch a bundle [RuntimeError]
 
 A handler raising an exception is not an engine error: the event's :class:`Retry`
 policy decides between another attempt and the dead-letter topic.

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.ops import jars
+from laneway import jars
 from laneway.ops.broker import BrokerInfo
 
 __all__ = ["DEFAULT_BOOTSTRAP", "Bootstrap", "resolve_bootstrap"]

@@ -1,6 +1,6 @@
 """A local Apache Kafka broker (KRaft, one combined broker+controller node) on 127.0.0.1.
 
-The jars come from Maven Central through :mod:`laneway.ops.jars`. :class:`LocalBroker`
+The jars come from Maven Central through :mod:`laneway.jars`. :class:`LocalBroker`
 formats a fresh log directory, writes ``server.properties``, starts the JVM and
 returns once the broker answers metadata requests. It stops only the process it
 started.
@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
+from laneway import jars
 from laneway.errors import LanewayError
-from laneway.ops import jars
 
 __all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "wait_for_metadata"]
 

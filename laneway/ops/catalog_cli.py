@@ -222,7 +222,7 @@ def _ms(value: int | None) -> str:
 def register(app: typer.Typer) -> None:
     """Add ``laneway catalog`` to the root ``laneway`` app."""
     try:
-        spark_cli = importlib.import_module("laneway.spark.cli")
+        spark_cli = importlib.import_module("laneway.ops.spark_cli")
     except ImportError:  # pragma: no cover - the spark area is optional
         spark_cli = None
     add_query_commands = getattr(spark_cli, "add_query_commands", None)

@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
+from laneway import jars
 from laneway.ops import broker as broker_mod
-from laneway.ops import jars
 
 __all__ = ["app", "main"]
 
@@ -114,7 +114,7 @@ _SUBCOMMAND_MODULES = (
     "laneway.ops.run_cli",
     "laneway.ops.kafka_cli",
     "laneway.ops.catalog_cli",
-    "laneway.spark.cli",
+    "laneway.ops.spark_cli",
 )
 
 

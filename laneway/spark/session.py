@@ -1,7 +1,7 @@
 """Build the SparkSession the pipeline and the queries run on.
 
 The session gets Spark's Kafka connector and Delta Lake from the jars that
-``laneway.ops.jars`` fetched from Maven Central (never Ivy at run time), Delta's SQL
+``laneway.jars`` fetched from Maven Central (never Ivy at run time), Delta's SQL
 extension and catalog, and defaults sized for a small machine. ``SessionSettings`` is a
 frozen, picklable description of the session; nothing here opens a connection.
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from laneway import jars
 from laneway.errors import ConfigError
-from laneway.ops import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

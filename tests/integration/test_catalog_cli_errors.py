@@ -16,10 +16,9 @@ from typer.testing import CliRunner, Result
 
 from laneway.kafka import admin as ka
 from laneway.ops import bootstrap as bootstrap_mod
-from laneway.ops import catalog_cli
+from laneway.ops import catalog_cli, spark_cli
 from laneway.ops.bootstrap import resolve_bootstrap
 from laneway.ops.broker import BrokerInfo, free_port
-from laneway.spark import cli as spark_cli
 from tests.conftest import TopicFactory
 
 

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from laneway.spark.cli import add_query_commands
+from laneway.ops.spark_cli import add_query_commands
 from laneway.spark.queries import lineage, search_entities, show_entity
 from tests.spark.conftest import Landed
 from tests.spark.entities import expected_entities

@@ -1,7 +1,7 @@
 """``laneway pipeline run`` and the catalog query commands ``show``, ``search``, ``lineage``.
 
 ``register(app)`` adds the ``pipeline`` sub-app to the root app. The query commands
-belong under ``laneway catalog``, whose sub-app ``laneway.catalog.cli`` owns: it calls
+belong under ``laneway catalog``, whose sub-app ``laneway.ops.catalog_cli`` owns: it calls
 ``add_query_commands(catalog_app)``. pyspark is imported inside the commands only.
 """
 

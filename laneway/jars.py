@@ -100,7 +100,7 @@ def ensure(bundle: Bundle, *, root: Path | None = None) -> Path:
 
 
 def main() -> None:
-    """``python -m laneway.ops.jars [kafka] [spark]``: fetch the named bundles (default: both)."""
+    """``python -m laneway.jars [kafka] [spark]``: fetch the named bundles (default: both)."""
     wanted = sys.argv[1:] or ["kafka", "spark"]
     bundles = {"kafka": KAFKA, "spark": SPARK}
     for name in wanted:

@@ -1,16 +1,18 @@
 """The consumer side: one thread per consumer, polling Kafka into the processor.
 
 Each :class:`KafkaSource` owns a confluent-kafka ``Consumer`` (cooperative-sticky by
-default, manual commits) and runs the loop:
+default, manual commits) and runs a loop of four named steps:
 
-1. fetch at most the room left under the event cap (``consume``), turn records into
-   events, ``submit`` them;
-2. above a cap pause every assigned partition, below the low mark resume them;
-   polling continues while paused so the group membership stays alive;
-3. every ``commit_interval`` commit the positions the processor reports as safe;
-4. on revoke (inside ``poll``): let the processor finish or drop the partitions' work,
-   commit their positions synchronously.
-"""
+1. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
+   workers to make room for a batch;
+2. fetch (:meth:`KafkaSource._fetch`): pause or resume the assigned partitions and fetch at
+   most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
+   ``submit`` them; polling continues while paused so the group membership stays alive;
+3. commit if due (every ``commit_interval``): the positions the processor reports as safe;
+4. report the lag if due (every 5 s).
+
+On revoke (inside ``poll``) the processor finishes or drops the partitions' work and their
+positions are committed synchronously."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from confluent_kafka import (
 )
 
 from laneway.engine.events import Event, Output
+from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
 from laneway.engine.policies import Backpressure
 from laneway.engine.processor import Processor
 from laneway.errors import LanewayError
@@ -195,64 +198,77 @@ class KafkaSource:
             self._close()
 
     def _loop(self) -> None:
-        consumer, processor, bp = self._consumer, self._processor, self._bp
+        """One turn: make room, fetch, commit if due, report the lag if due."""
         next_commit = time.monotonic() + self._commit_interval
         next_lag = time.monotonic()
-        # a batch worth a trip to the client; workers that cannot free it within _ROOM_WAIT (they
-        # would need over 2 s to work through the whole cap) get their partitions paused
-        want = min(self._batch, max(1, bp.max_events // 20))
+        want = batch_wanted(self._bp, self._batch)
         while not self._stop.is_set():
             self.heartbeat = now = time.monotonic()
-            room = bp.max_events - processor.events_in_memory
-            if room < want and not self._paused and not self._draining.is_set():
-                # Full, or nearly: wait (briefly, without polling) for the workers to make room
-                # before pausing. A busy engine frees it within milliseconds, while a pause makes
-                # the client drop what it prefetched (refetched on resume: ~100 ms without
-                # records, which cut the 5 ms I/O benchmark's rate by half); and a sliver of
-                # room would mean a trip to the client for a handful of records. A handler too
-                # slow to make room in time still gets its partitions paused.
-                if not processor.wait_for_room(bp.max_events - want, bp.max_bytes, _ROOM_WAIT):
-                    room = 0  # the workers are not keeping up: pause
-                else:
-                    room = bp.max_events - processor.events_in_memory
-            over = room <= 0 or processor.bytes_in_memory >= bp.max_bytes or self._draining.is_set()
-            if over and not self._paused:
-                self._pause()
-            elif (
-                self._paused
-                and not over
-                and (
-                    processor.events_in_memory <= bp.max_events * bp.resume_at
-                    and processor.bytes_in_memory <= bp.max_bytes * bp.resume_at
-                )
-            ):
-                self._resume()
-            if self._paused or over:
-                # keep serving the group (heartbeats, rebalances) while paused; look again soon:
-                # the workers may drain to the low mark in well under 100 ms, and a longer
-                # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
-                msg = consumer.poll(_PAUSED_POLL)
-                if msg is not None:
-                    self._handle_batch([msg], max_accept=0 if self._draining.is_set() else max(0, room))
-            else:
-                # take what is already fetched without waiting for a full batch; block (up to
-                # 100 ms) only when nothing is there, so a record never waits for others to arrive
-                msgs = consumer.consume(min(self._batch, room), 0)
-                if not msgs:
-                    msgs = consumer.consume(1, 0.1)
-                if msgs:
-                    self._handle_batch(msgs, max_accept=room)
+            room = self._make_room(want)
+            self._fetch(room)
             if now >= next_commit:
-                self._skip_unseen()
-                if self._recommit:  # an asynchronous commit failed: send every position again
-                    self._recommit = False
-                    self._commit(processor.final_positions(self._assigned, owner=self), asynchronous=True)
-                else:
-                    self._commit(processor.positions(owner=self), asynchronous=True)
+                self._commit_due()
                 next_commit = now + self._commit_interval
             if now >= next_lag:
                 self._report_lag()
                 next_lag = now + 5.0
+
+    def _make_room(self, want: int) -> int:
+        """The room left under the event cap, after waiting briefly for the workers to make room
+        for a batch of ``want`` when it is smaller (0: they did not make it in time, so pause).
+
+        A busy engine frees room within milliseconds, while a pause makes the client drop what it
+        prefetched (refetched on resume: ~100 ms without records, which cut the 5 ms I/O
+        benchmark's rate by half). A handler too slow to make room in time still gets its
+        partitions paused (:mod:`laneway.engine.flow`)."""
+        processor, bp = self._processor, self._bp
+        events = processor.events_in_memory
+        if needs_room(bp, events=events, want=want, paused=self._paused, draining=self._draining.is_set()):
+            if not processor.wait_for_room(room_target(bp, want), bp.max_bytes, _ROOM_WAIT):
+                return 0  # the workers are not keeping up: pause
+            events = processor.events_in_memory
+        return bp.max_events - events
+
+    def _fetch(self, room: int) -> None:
+        """Pause or resume as :func:`laneway.engine.flow.plan` says, then fetch into the processor."""
+        processor, consumer = self._processor, self._consumer
+        flow = plan(
+            self._bp,
+            room=room,
+            events=processor.events_in_memory,
+            held_bytes=processor.bytes_in_memory,
+            paused=self._paused,
+            draining=self._draining.is_set(),
+            batch_size=self._batch,
+        )
+        if flow.pause:
+            self._pause()
+        elif flow.resume:
+            self._resume()
+        if flow.polls_only:
+            # keep serving the group (heartbeats, rebalances) while paused; look again soon:
+            # the workers may drain to the low mark in well under 100 ms, and a longer
+            # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
+            msg = consumer.poll(_PAUSED_POLL)
+            if msg is not None:
+                self._handle_batch([msg], max_accept=flow.accept)
+        else:
+            # take what is already fetched without waiting for a full batch; block (up to
+            # 100 ms) only when nothing is there, so a record never waits for others to arrive
+            msgs = consumer.consume(flow.fetch, 0)
+            if not msgs:
+                msgs = consumer.consume(1, 0.1)
+            if msgs:
+                self._handle_batch(msgs, max_accept=flow.accept)
+
+    def _commit_due(self) -> None:
+        """The periodic commit: past transaction markers, of every position after a failure."""
+        self._skip_unseen()
+        if self._recommit:  # an asynchronous commit failed: send every position again
+            self._recommit = False
+            self._commit(self._processor.final_positions(self._assigned, owner=self), asynchronous=True)
+        else:
+            self._commit(self._processor.positions(owner=self), asynchronous=True)
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:

@@ -20,7 +20,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,15 +29,14 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
-from laneway.engine.events import Event, Output
+from laneway.engine.events import Event
 from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
-from laneway.engine.policies import Backpressure
+from laneway.engine.policies import Backpressure, ExactlyOnce
 from laneway.engine.processor import Processor
-from laneway.errors import LanewayError
+from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
@@ -46,16 +44,11 @@ __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 logger = logging.getLogger(__name__)
 #: librdkafka's lines of the source's clients (laneway.kafka.logs: an outage's flood held back)
 _CONSUMER_LOG = librdkafka_logger("laneway.kafka.client.consumer")
-_PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
 
 #: while paused (backpressure), how long a poll waits before memory is looked at again (s)
 _PAUSED_POLL = 0.005
 #: at the cap, how long the loop waits for room before it pauses the partitions (s)
 _ROOM_WAIT = 0.1
-
-
-class OutputError(LanewayError):
-    """Records a handler emitted could not be produced (or their transaction failed)."""
 
 
 class SourceMetrics:
@@ -114,32 +107,26 @@ class KafkaSource:
             "enable.auto.offset.store": False,
             "on_commit": self._on_commit,
         }
-        self._recommit = False
+        self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
         # emitted records: produced before the offsets that cover them are committed
-        self._exactly_once = exactly_once
-        pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
-        if exactly_once:
-            # A stable id per replica lets a restarted process fence its predecessor and abort
-            # the transaction it left open; a fresh one leaves it to transaction.timeout.ms.
-            pconf["transactional.id"] = (
-                transactional_id or f"laneway-{conf.get('group.id')}-{uuid.uuid4().hex[:12]}"
-            )
-            pconf.setdefault("transaction.timeout.ms", 10_000)
-        self._producer: Producer | None = (
-            Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
+        self._committer = make_committer(
+            self._consumer,
+            processor,
+            self._metrics,
+            group_id=conf.get("group.id"),
+            producer_config=producer_config,
+            exactly_once=ExactlyOnce(transactional_id=transactional_id) if exactly_once else None,
         )
-        self._produce_error: KafkaError | None = None
         self._topics = topics
         self._processor = processor
         self._bp = backpressure
         self._commit_interval = commit_interval
         self._revoke_timeout = revoke_timeout
         self._batch = batch_size
-        self._metrics = metrics or SourceMetrics()
         self._on_fatal = on_fatal
         self._assigned: set[tuple[str, int]] = set()
         self._paused = False
@@ -153,8 +140,7 @@ class KafkaSource:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        if self._exactly_once and self._producer is not None:
-            self._producer.init_transactions(30)
+        self._committer.start()
         self._consumer.subscribe(
             self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -264,11 +250,12 @@ class KafkaSource:
     def _commit_due(self) -> None:
         """The periodic commit: past transaction markers, of every position after a failure."""
         self._skip_unseen()
-        if self._recommit:  # an asynchronous commit failed: send every position again
-            self._recommit = False
-            self._commit(self._processor.final_positions(self._assigned, owner=self), asynchronous=True)
+        if self._committer.take_recommit():  # an asynchronous commit failed: send every position again
+            self._committer.commit(
+                self._processor.final_positions(self._assigned, owner=self), asynchronous=True
+            )
         else:
-            self._commit(self._processor.positions(owner=self), asynchronous=True)
+            self._committer.commit(self._processor.positions(owner=self), asynchronous=True)
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
@@ -327,71 +314,9 @@ class KafkaSource:
 
     # ------------------------------------------------------------------ commits and lag
 
-    def _commit(self, positions: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
-        """Produce what finished events emitted below ``positions``, then commit the positions.
-
-        With ``exactly_once`` both go in one Kafka transaction. A failure to produce or to
-        commit a transaction raises (the app halts: nothing past the last committed
-        transaction is visible, so a restart redoes the work exactly once).
-        """
-        if not positions:
-            return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
-        outputs = self._processor.take_outputs(positions) if self._producer is not None else []
-        if self._exactly_once:
-            self._commit_transaction(outputs, offsets)
-            return
-        if outputs:
-            self._produce_all(outputs)
-            asynchronous = False  # the flush already waited; keep the order produce -> commit simple
-        try:
-            if asynchronous:
-                # counted when the broker answers (_on_commit: the client calls it for these only)
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-                self._metrics.commit(True)
-        except KafkaException as exc:
-            self._metrics.commit(False)
-            logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
-
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Result of an asynchronous commit (served by poll; the client does not call it for
-        synchronous ones). A failed one is retried on the next tick."""
-        failed = err is not None or any(p.error is not None for p in partitions)
-        self._metrics.commit(not failed)
-        if failed:
-            self._recommit = True
-            logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
-
-    def _produce_all(self, outputs: list[Output]) -> None:
-        producer = self._producer
-        assert producer is not None
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None and self._produce_error is None:
-                self._produce_error = err
-
-        _produce(producer, outputs, delivered)
-        if producer.flush(60) != 0 or self._produce_error is not None:
-            raise OutputError(
-                f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
-            )
-
-    def _commit_transaction(self, outputs: list[Output], offsets: list[TopicPartition]) -> None:
-        producer = self._producer
-        assert producer is not None
-        try:
-            producer.begin_transaction()
-            _produce(producer, outputs, None)  # delivery failures surface in commit_transaction
-            producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(60)
-            self._metrics.commit(True)
-        except KafkaException as exc:
-            self._metrics.commit(False)
-            raise OutputError(
-                f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
-            ) from exc
+        """The client's callback for an asynchronous commit (served by poll)."""
+        self._committer.on_commit(err, partitions)
 
     def _skip_unseen(self) -> None:
         """Give the processor the client's positions: a partition whose last entries are
@@ -450,7 +375,7 @@ class KafkaSource:
         with contextlib.suppress(KafkaException):
             consumer.resume(parts)  # leave no pause flag behind on partitions we give away
         positions = self._processor.revoke(tps, self._revoke_timeout, owner=self)
-        self._commit(positions, asynchronous=False)
+        self._committer.commit(positions, asynchronous=False)
         self._assigned.difference_update(tps)
         for t, p in tps:
             self._metrics.forget_partition(t, p)
@@ -475,16 +400,16 @@ class KafkaSource:
     def _close(self) -> None:
         try:
             self._skip_unseen()
-            self._commit(self._processor.final_positions(self._assigned, owner=self), asynchronous=False)
+            self._committer.commit(
+                self._processor.final_positions(self._assigned, owner=self), asynchronous=False
+            )
         except Exception:
             logger.exception("final commit failed")
         try:
             self._consumer.close()
         except Exception:
             logger.exception("closing the consumer failed")
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None  # release librdkafka's threads (and their logging) now
+        self._committer.close()
 
 
 def _events(msgs: list[Message]) -> list[Event]:
@@ -505,21 +430,3 @@ def _events(msgs: list[Message]) -> list[Event]:
         for msg in msgs
         if msg.error() is None
     ]
-
-
-def _produce(
-    producer: Producer,
-    outputs: list[Output],
-    on_delivery: Callable[[KafkaError | None, Message], None] | None,
-) -> None:
-    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full."""
-    for topic, key, value, headers in outputs:
-        while True:
-            try:
-                if on_delivery is None:
-                    producer.produce(topic, value=value, key=key, headers=headers)
-                else:
-                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)

@@ -34,7 +34,7 @@ from confluent_kafka import (
 
 from laneway.engine.events import Event
 from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
-from laneway.engine.policies import Backpressure, ExactlyOnce
+from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
 from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.logs import librdkafka_logger
@@ -74,7 +74,12 @@ class SourceMetrics:
 
 
 class KafkaSource:
-    """One consumer thread feeding a shared :class:`Processor`."""
+    """One consumer thread feeding a shared :class:`Processor`.
+
+    It receives the app's frozen settings: ``backpressure``, ``timeouts`` (``commit_interval``,
+    ``revoke``) and ``exactly_once`` (its ``transactional_id`` is this consumer's own). With
+    ``producer_config`` it produces the records handlers emit (:mod:`laneway.kafka.commit`).
+    """
 
     def __init__(
         self,
@@ -83,16 +88,15 @@ class KafkaSource:
         processor: Processor,
         *,
         backpressure: Backpressure,
-        commit_interval: float = 1.0,
-        revoke_timeout: float = 10.0,
+        timeouts: Timeouts | None = None,
+        exactly_once: ExactlyOnce | None = None,
         batch_size: int = 1000,
         metrics: SourceMetrics | None = None,
         name: str = "laneway-consumer",
         on_fatal: Callable[[BaseException], None] | None = None,
         producer_config: dict[str, Any] | None = None,
-        exactly_once: bool = False,
-        transactional_id: str | None = None,
     ) -> None:
+        timeouts = timeouts or Timeouts()
         conf = {
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
@@ -119,13 +123,13 @@ class KafkaSource:
             self._metrics,
             group_id=conf.get("group.id"),
             producer_config=producer_config,
-            exactly_once=ExactlyOnce(transactional_id=transactional_id) if exactly_once else None,
+            exactly_once=exactly_once,
         )
         self._topics = topics
         self._processor = processor
         self._bp = backpressure
-        self._commit_interval = commit_interval
-        self._revoke_timeout = revoke_timeout
+        self._commit_interval = timeouts.commit_interval
+        self._revoke_timeout = timeouts.revoke
         self._batch = batch_size
         self._on_fatal = on_fatal
         self._assigned: set[tuple[str, int]] = set()

@@ -78,8 +78,9 @@ class App:
     Options are grouped into frozen policy objects: :class:`Backpressure`, :class:`Timeouts`,
     :class:`MetricsServer`, :class:`ExactlyOnce` (docs/configuration.md lists every one). The
     keywords they replace (``commit_interval``, ``shutdown_timeout``, ``metrics_port``,
-    ``exactly_once=True``, ``transactional_id`` ...: :data:`DEPRECATED_KEYWORDS`) still work for
-    one release, with a :class:`DeprecationWarning`.
+    ``exactly_once=True``, ``transactional_id`` ...: see
+    :data:`laneway.settings.DEPRECATED_KEYWORDS`) still work for one release, with a
+    :class:`DeprecationWarning`.
     """
 
     def __init__(

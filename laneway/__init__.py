@@ -6,8 +6,9 @@ and the exception tree rooted at :class:`LanewayError`.
 
 from laneway.app import App, AppSettings
 from laneway.engine.events import Event
-from laneway.engine.policies import Backpressure, Delay, Retry
+from laneway.engine.policies import Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts
 from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
+from laneway.kafka.commit import OutputError
 
 __all__ = [
     "App",
@@ -18,9 +19,13 @@ __all__ = [
     "Delay",
     "EngineStopped",
     "Event",
+    "ExactlyOnce",
     "HandlerFailed",
     "LanewayError",
+    "MetricsServer",
+    "OutputError",
     "Retry",
+    "Timeouts",
 ]
 
 __version__ = "0.1.0"

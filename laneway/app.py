@@ -1,8 +1,8 @@
 """The public API: declare an app, register handlers, run it.
 
-from laneway import App, Retry
+from laneway import App, Retry, Timeouts
 
-app = App("orders", bootstrap_servers="127.0.0.1:9092")
+app = App("orders", bootstrap_servers="127.0.0.1:9092", timeouts=Timeouts(shutdown=60))
 
 @app.handler("orders", retry=Retry(max_attempts=5))
 async def handle(event):
@@ -20,78 +20,35 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from laneway.engine.handlers import HandlerFn, HandlerSpec
-from laneway.engine.policies import Backpressure, Delay, OnFailure, Ordering, Retry
+from laneway.engine.policies import (
+    Backpressure,
+    Delay,
+    ExactlyOnce,
+    MetricsServer,
+    OnFailure,
+    Ordering,
+    Retry,
+    Timeouts,
+)
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
+from laneway.settings import AppSettings, replica, upgrade_keywords
 
 __all__ = ["App", "AppSettings"]
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=HandlerFn)
-
-
-#: librdkafka keys ``kafka_config`` may not set (``enable.auto.*`` may be given as false)
-RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
-    "enable.auto.commit": "an automatic commit would pass records still in process (the commit rule)",
-    "enable.auto.offset.store": "an automatic commit would pass records still in process (the commit rule)",
-    "group.id": "use group_id",
-    "transactional.id": "use transactional_id",
-}
-
-
-class AppSettings(BaseModel):
-    """Validated app settings; an error names the field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    bootstrap_servers: str = Field(min_length=1)
-    group_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._\-]+$")
-    consumers: int = Field(default=1, ge=1, le=64)
-    concurrency: int = Field(default=64, ge=1, le=10_000)
-    #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
-    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
-    #: tune the interpreter's garbage collector for a stream of short-lived events (see tune_gc)
-    gc_tuning: bool = True
-    commit_interval: float = Field(default=1.0, gt=0)
-    shutdown_timeout: float = Field(default=30.0, ge=0)
-    revoke_timeout: float = Field(default=10.0, ge=0)
-    stall_timeout: float = Field(default=60.0, gt=0)
-    startup_timeout: float = Field(default=10.0, gt=0)
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    #: the address /metrics and /healthz listen on: "0.0.0.0" for a scraper on another host
-    metrics_host: str = Field(default="127.0.0.1", min_length=1)
-    exactly_once: bool = False
-    transactional_id: str | None = Field(default=None, min_length=1)
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("kafka_config")
-    @classmethod
-    def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key, why in RESERVED_KAFKA_KEYS.items():
-            if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
-                raise ValueError(f"{key!r} is Laneway's to set: {why}")
-        return v
-
-    @field_validator("bootstrap_servers")
-    @classmethod
-    def _hosts(cls, v: str) -> str:
-        for part in v.split(","):
-            host, _, port = part.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"expected host:port[,host:port], got {v!r}")
-        return v
 
 
 #: the youngest generation is collected after this many allocations (CPython's default: 700)
@@ -116,7 +73,15 @@ def tune_gc() -> None:
 
 
 class App:
-    """A Laneway application: handlers per topic, a processor pool, consumer threads."""
+    """A Laneway application: handlers per topic, a processor pool, consumer threads.
+
+    Options are grouped into frozen policy objects: :class:`Backpressure`, :class:`Timeouts`,
+    :class:`MetricsServer`, :class:`ExactlyOnce` (docs/configuration.md lists every one). The
+    keywords they replace (``commit_interval``, ``shutdown_timeout``, ``metrics_port``,
+    ``exactly_once=True``, ``transactional_id`` ...: see
+    :data:`laneway.settings.DEPRECATED_KEYWORDS`) still work for one release, with a
+    :class:`DeprecationWarning`.
+    """
 
     def __init__(
         self,
@@ -129,17 +94,20 @@ class App:
         event_loop: Literal["auto", "asyncio", "uvloop"] = "auto",
         gc_tuning: bool = True,
         backpressure: Backpressure | None = None,
-        commit_interval: float = 1.0,
-        shutdown_timeout: float = 30.0,
-        revoke_timeout: float = 10.0,
-        stall_timeout: float = 60.0,
-        startup_timeout: float = 10.0,
-        metrics_port: int | None = None,
-        metrics_host: str = "127.0.0.1",
-        exactly_once: bool = False,
-        transactional_id: str | None = None,
+        timeouts: Timeouts | None = None,
+        metrics_server: MetricsServer | None = None,
+        exactly_once: ExactlyOnce | None = None,
         kafka_config: dict[str, Any] | None = None,
+        **deprecated: Any,
     ) -> None:
+        _require("backpressure", backpressure, Backpressure)
+        _require("timeouts", timeouts, Timeouts)
+        _require("metrics_server", metrics_server, MetricsServer)
+        if not isinstance(exactly_once, bool):  # a bool is the deprecated form, upgraded below
+            _require("exactly_once", exactly_once, ExactlyOnce)
+        timeouts, metrics_server, exactly_once = upgrade_keywords(
+            deprecated, timeouts, metrics_server, exactly_once
+        )
         try:
             self.settings = AppSettings(
                 name=name,
@@ -149,23 +117,15 @@ class App:
                 concurrency=concurrency,
                 event_loop=event_loop,
                 gc_tuning=gc_tuning,
-                commit_interval=commit_interval,
-                shutdown_timeout=shutdown_timeout,
-                revoke_timeout=revoke_timeout,
-                stall_timeout=stall_timeout,
-                startup_timeout=startup_timeout,
-                metrics_port=metrics_port,
-                metrics_host=metrics_host,
+                backpressure=backpressure or Backpressure(),
+                timeouts=timeouts or Timeouts(),
+                metrics_server=metrics_server,
                 exactly_once=exactly_once,
-                transactional_id=transactional_id,
                 kafka_config=kafka_config or {},
             )
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ConfigError(".".join(str(p) for p in first["loc"]), first["msg"]) from None
-        if backpressure is not None and not isinstance(backpressure, Backpressure):
-            raise ConfigError("backpressure", f"must be a Backpressure(...), got {backpressure!r}")
-        self.backpressure = backpressure or Backpressure()
         self.handlers: dict[str, HandlerSpec] = {}
         self.metrics = PrometheusMetrics()
         self.processor: Processor | None = None
@@ -175,6 +135,10 @@ class App:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self.fatal: BaseException | None = None
+
+    @property
+    def backpressure(self) -> Backpressure:
+        return self.settings.backpressure
 
     # ------------------------------------------------------------------ registration
 
@@ -244,12 +208,12 @@ class App:
             text = err.str() if hasattr(err, "str") else str(err)
             raise ConfigError("kafka_config", text) from None
         try:
-            md = admin.list_topics(timeout=self.settings.startup_timeout)
+            md = admin.list_topics(timeout=self.settings.timeouts.startup)
         except KafkaException as exc:
             raise ConfigError(
                 "bootstrap_servers",
                 f"no broker answered at {self.settings.bootstrap_servers} within "
-                f"{self.settings.startup_timeout:.0f}s ({exc.args[0] if exc.args else exc})",
+                f"{self.settings.timeouts.startup:.0f}s ({exc.args[0] if exc.args else exc})",
             ) from None
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
@@ -268,17 +232,17 @@ class App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""
         self.check()
         s = self.settings
-        if s.metrics_port is not None:
+        if (wanted := s.metrics_server) is not None:
             # first: a port in use fails the start, naming the field, before anything runs
             try:
-                server = HealthServer(self.metrics.registry, self.health, s.metrics_port, host=s.metrics_host)
+                server = HealthServer(self.metrics.registry, self.health, wanted.port, host=wanted.host)
             except OSError as exc:
                 raise ConfigError(
-                    "metrics_port",
-                    f"cannot serve on {s.metrics_host}:{s.metrics_port}: {exc.strerror or exc}",
+                    "metrics_server.port",
+                    f"cannot serve on {wanted.host}:{wanted.port}: {exc.strerror or exc}",
                 ) from None
             self._server = server.start()
-            logger.info("metrics and health on http://%s:%d", s.metrics_host, server.port)
+            logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
         if s.gc_tuning:
             tune_gc()
         self._dead_letters = KafkaDeadLetters(self._client_config())
@@ -297,15 +261,13 @@ class App:
                 conf,
                 topics,
                 self.processor,
-                backpressure=self.backpressure,
-                commit_interval=s.commit_interval,
-                revoke_timeout=s.revoke_timeout,
+                backpressure=s.backpressure,
+                timeouts=s.timeouts,
+                exactly_once=replica(s.exactly_once, i),
                 metrics=self.metrics,
                 name=f"laneway-consumer-{i}",
                 on_fatal=self._on_fatal,
                 producer_config=self._client_config(),
-                exactly_once=s.exactly_once,
-                transactional_id=f"{s.transactional_id}-{i}" if s.transactional_id else None,
             )
             self.sources.append(source)
             source.start()
@@ -335,7 +297,7 @@ class App:
             return problem
         now = time.monotonic()
         beat = self.processor.loop_heartbeat if self.processor is not None else None
-        if beat is not None and now - beat > self.settings.stall_timeout:
+        if beat is not None and now - beat > self.settings.timeouts.stall:
             return (
                 f"the asyncio worker loop has not run for {now - beat:.0f}s "
                 "(an async def handler blocking it: a time.sleep, a blocking client call)"
@@ -343,7 +305,7 @@ class App:
         for src in self.sources:
             if not src.alive:
                 return "a consumer thread has stopped"
-            if now - src.heartbeat > self.settings.stall_timeout:
+            if now - src.heartbeat > self.settings.timeouts.stall:
                 return f"consumer loop has not advanced for {now - src.heartbeat:.0f}s"
             if src.lost_group:
                 return "a consumer lost its group membership"
@@ -354,7 +316,7 @@ class App:
         self._stopping.set()
 
     def shutdown(self) -> None:
-        """Stop fetching, finish queued work within ``shutdown_timeout``, commit, close."""
+        """Stop fetching, finish queued work within ``timeouts.shutdown``, commit, close."""
         if self._stopped.is_set():
             return
         processor = self.processor
@@ -362,19 +324,19 @@ class App:
             src.drain()
         drained = True
         if processor is not None and self.fatal is None:
-            drained = processor.drain(self.settings.shutdown_timeout)
+            drained = processor.drain(self.settings.timeouts.shutdown)
             if not drained:
                 logger.warning(
                     "shutdown: %d event(s) unfinished after %.0fs; they will be redelivered",
                     processor.events_in_memory,
-                    self.settings.shutdown_timeout,
+                    self.settings.timeouts.shutdown,
                 )
         # past the drain's deadline nobody waits for running events again (the consumers' closing
-        # revoke, the workers): the exit comes within shutdown_timeout plus the final commits
+        # revoke, the workers): the exit comes within timeouts.shutdown plus the final commits
         for src in self.sources:
             src.stop(revoke_timeout=None if drained else 0.0)
         for src in self.sources:
-            src.join(self.settings.revoke_timeout + 10)
+            src.join(self.settings.timeouts.revoke + 10)
         if processor is not None:
             processor.close(timeout=10.0 if drained else 1.0)
         if self._dead_letters is not None:
@@ -448,3 +410,9 @@ def _deserializer(
             )
         return _json
     return deserializer
+
+
+def _require(field: str, value: object, cls: type) -> None:
+    """``value`` is None or a ``cls``; else a :class:`ConfigError` naming ``field``."""
+    if value is not None and not isinstance(value, cls):
+        raise ConfigError(field, f"must be a {cls.__name__}(...), got {value!r}")

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.workload import Recorder, RunSpec
-from laneway import App, Backpressure, Event
+from laneway import App, Backpressure, Event, Timeouts
 from laneway.engine.policies import Ordering
 from laneway.kafka import source as source_module
 from laneway.kafka.source import KafkaSource
@@ -35,7 +35,7 @@ def run(spec: RunSpec, rec: Recorder) -> None:
         group_id=spec.group,
         concurrency=spec.concurrency,
         backpressure=Backpressure(max_events=spec.max_events),
-        commit_interval=spec.commit_interval,
+        timeouts=Timeouts(commit_interval=spec.commit_interval),
     )
     handle = rec.handle
     ordering: Ordering = "unordered" if spec.contender == "laneway-unordered" else "key"

@@ -35,7 +35,7 @@ from laneway.app import App
 from laneway.catalog.models import ChangeEvent, InvalidChangeEvent, parse_change, snapshot_fields
 from laneway.catalog.source import SimulatedSource, SourceUnavailable
 from laneway.engine.events import Event
-from laneway.engine.policies import Delay, Retry
+from laneway.engine.policies import Delay, MetricsServer, Retry, Timeouts
 
 __all__ = ["CatalogSync", "SyncSettings", "SyncStats", "build_snapshot", "consumer_lag", "decode_change"]
 
@@ -164,8 +164,8 @@ class CatalogSync:
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
             concurrency=s.concurrency,
-            commit_interval=s.commit_interval,
-            metrics_port=s.metrics_port,
+            timeouts=Timeouts(commit_interval=s.commit_interval),
+            metrics_server=None if s.metrics_port is None else MetricsServer(port=s.metrics_port),
         )
         self.app.handler(
             s.changes_topic,

@@ -13,7 +13,16 @@ from typing import Literal
 
 from laneway.errors import ConfigError
 
-__all__ = ["Backpressure", "Delay", "OnFailure", "Ordering", "Retry"]
+__all__ = [
+    "Backpressure",
+    "Delay",
+    "ExactlyOnce",
+    "MetricsServer",
+    "OnFailure",
+    "Ordering",
+    "Retry",
+    "Timeouts",
+]
 
 #: ``key``: one lane per record key (null keys fall back to their partition);
 #: ``partition``: one lane per partition; ``unordered``: every record on its own.
@@ -111,3 +120,68 @@ class Backpressure:
             raise ConfigError("backpressure.max_bytes", f"must be >= 1, got {self.max_bytes}")
         if not 0 < self.resume_at < 1:
             raise ConfigError("backpressure.resume_at", f"must be within (0, 1), got {self.resume_at}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """How long the app waits for its parts, and how often it commits (all in seconds)."""
+
+    #: commit the positions of finished records this often
+    commit_interval: float = 1.0
+    #: at shutdown, how long queued and running events may take to finish before the final commit
+    shutdown: float = 30.0
+    #: at a rebalance, how long running events of revoked partitions may take before their commit
+    revoke: float = 10.0
+    #: ``/healthz`` fails when a consumer loop or the asyncio worker loop has not run for this long
+    stall: float = 60.0
+    #: how long the start waits for a broker to answer
+    startup: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name, zero_ok in (
+            ("commit_interval", False),
+            ("shutdown", True),
+            ("revoke", True),
+            ("stall", False),
+            ("startup", False),
+        ):
+            value = getattr(self, name)
+            if not is_number(value) or value < 0 or (value == 0 and not zero_ok):
+                bound = ">= 0" if zero_ok else "> 0"
+                raise ConfigError(f"timeouts.{name}", f"must be a number of seconds {bound}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsServer:
+    """The HTTP endpoint serving ``/metrics`` (Prometheus) and ``/healthz``."""
+
+    #: the port to listen on (0: any free one, see ``App.metrics_port``)
+    port: int
+    #: the address to listen on: "0.0.0.0" for a scraper on another host
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
+            raise ConfigError(
+                "metrics_server.port", f"must be a port number in [0, 65535], got {self.port!r}"
+            )
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError("metrics_server.host", f"must be a host name or address, got {self.host!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExactlyOnce:
+    """Emitted records and the consumed offsets commit together, in one Kafka transaction.
+
+    ``transactional_id`` is a prefix: consumer ``i`` uses ``{transactional_id}-{i}``. Keep it
+    stable per replica, so a restarted process fences its predecessor and aborts the transaction
+    it left open; without one, each start takes a fresh id and such a transaction is left to
+    ``transaction.timeout.ms``.
+    """
+
+    transactional_id: str | None = None
+
+    def __post_init__(self) -> None:
+        tid = self.transactional_id
+        if tid is not None and (not isinstance(tid, str) or not tid):
+            raise ConfigError("exactly_once.transactional_id", f"must be a non-empty string, got {tid!r}")

@@ -19,6 +19,27 @@ Errors::
 
 Serialization failures raise :class:`laneway.kafka.serde.SerializationError` before
 anything is sent.
+
+This is the one producer for code that sends records (the catalog sync, the redrive's
+:class:`~laneway.kafka.transactions.TransactionalProducer`, tools and tests). The engine's
+two writers use a bare confluent-kafka producer instead, for these reasons:
+
+- The records handlers emit (:mod:`laneway.kafka.commit`) are on the hot path. They are
+  already bytes, produced in a batch per commit and awaited with one ``flush``, whose delivery
+  callbacks run on the consumer thread. :meth:`Producer.send_async` would add, per record, a
+  serializer call, a header conversion, a ``Future`` and a closure, and the class adds a thread
+  polling every 100 ms that competes with the consumer and the workers for the interpreter.
+- Both writers take the app's ``kafka_config`` over librdkafka's defaults, with idempotence
+  and ``acks=all``. This class sets its own defaults: ``lz4`` compression, a 120 s delivery
+  timeout and the ``murmur2_random`` partitioner. The last one would move keys to other
+  partitions than ``consistent_random`` (librdkafka's default) puts them on, so per-key order
+  across a deploy would break.
+- The emitted records' transaction has another contract. :meth:`TransactionalProducer.commit`
+  retries a retriable failure once. The engine halts on any failure
+  (:class:`~laneway.kafka.commit.OutputError`), so that a restart redoes the work exactly once.
+- The dead-letter writer (:mod:`laneway.kafka.dlq`) sends one letter per request
+  (``batch.num.messages=1``, ``linger.ms=0``) and waits for each. It reads the size-limit
+  code (:data:`TOO_LARGE`) at ``produce`` and at delivery to send the letter again lighter.
 """
 
 from __future__ import annotations

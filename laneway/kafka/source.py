@@ -1,16 +1,18 @@
 """The consumer side: one thread per consumer, polling Kafka into the processor.
 
 Each :class:`KafkaSource` owns a confluent-kafka ``Consumer`` (cooperative-sticky by
-default, manual commits) and runs the loop:
+default, manual commits) and runs a loop of four named steps:
 
-1. fetch at most the room left under the event cap (``consume``), turn records into
-   events, ``submit`` them;
-2. above a cap pause every assigned partition, below the low mark resume them;
-   polling continues while paused so the group membership stays alive;
-3. every ``commit_interval`` commit the positions the processor reports as safe;
-4. on revoke (inside ``poll``): let the processor finish or drop the partitions' work,
-   commit their positions synchronously.
-"""
+1. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
+   workers to make room for a batch;
+2. fetch (:meth:`KafkaSource._fetch`): pause or resume the assigned partitions and fetch at
+   most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
+   ``submit`` them; polling continues while paused so the group membership stays alive;
+3. commit if due (every ``commit_interval``): the positions the processor reports as safe;
+4. report the lag if due (every 5 s).
+
+On revoke (inside ``poll``) the processor finishes or drops the partitions' work and their
+positions are committed synchronously."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,14 +29,14 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
-from laneway.engine.events import Event, Output
-from laneway.engine.policies import Backpressure
+from laneway.engine.events import Event
+from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
+from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.errors import LanewayError
+from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
@@ -43,7 +44,6 @@ __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 logger = logging.getLogger(__name__)
 #: librdkafka's lines of the source's clients (laneway.kafka.logs: an outage's flood held back)
 _CONSUMER_LOG = librdkafka_logger("laneway.kafka.client.consumer")
-_PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
 
 #: while paused (backpressure), how long a poll waits before memory is looked at again (s)
 _PAUSED_POLL = 0.005
@@ -51,12 +51,8 @@ _PAUSED_POLL = 0.005
 _ROOM_WAIT = 0.1
 
 
-class OutputError(LanewayError):
-    """Records a handler emitted could not be produced (or their transaction failed)."""
-
-
 class SourceMetrics:
-    """Hooks the source calls; the Prometheus version is in :mod:`laneway.ops.metrics`."""
+    """Hooks the source calls; the Prometheus version is in :mod:`laneway.monitor.metrics`."""
 
     def rebalance(self, kind: str, partitions: int) -> None:
         pass
@@ -78,7 +74,12 @@ class SourceMetrics:
 
 
 class KafkaSource:
-    """One consumer thread feeding a shared :class:`Processor`."""
+    """One consumer thread feeding a shared :class:`Processor`.
+
+    It receives the app's frozen settings: ``backpressure``, ``timeouts`` (``commit_interval``,
+    ``revoke``) and ``exactly_once`` (its ``transactional_id`` is this consumer's own). With
+    ``producer_config`` it produces the records handlers emit (:mod:`laneway.kafka.commit`).
+    """
 
     def __init__(
         self,
@@ -87,16 +88,15 @@ class KafkaSource:
         processor: Processor,
         *,
         backpressure: Backpressure,
-        commit_interval: float = 1.0,
-        revoke_timeout: float = 10.0,
+        timeouts: Timeouts | None = None,
+        exactly_once: ExactlyOnce | None = None,
         batch_size: int = 1000,
         metrics: SourceMetrics | None = None,
         name: str = "laneway-consumer",
         on_fatal: Callable[[BaseException], None] | None = None,
         producer_config: dict[str, Any] | None = None,
-        exactly_once: bool = False,
-        transactional_id: str | None = None,
     ) -> None:
+        timeouts = timeouts or Timeouts()
         conf = {
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
@@ -111,32 +111,26 @@ class KafkaSource:
             "enable.auto.offset.store": False,
             "on_commit": self._on_commit,
         }
-        self._recommit = False
+        self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
         # emitted records: produced before the offsets that cover them are committed
-        self._exactly_once = exactly_once
-        pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
-        if exactly_once:
-            # A stable id per replica lets a restarted process fence its predecessor and abort
-            # the transaction it left open; a fresh one leaves it to transaction.timeout.ms.
-            pconf["transactional.id"] = (
-                transactional_id or f"laneway-{conf.get('group.id')}-{uuid.uuid4().hex[:12]}"
-            )
-            pconf.setdefault("transaction.timeout.ms", 10_000)
-        self._producer: Producer | None = (
-            Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
+        self._committer = make_committer(
+            self._consumer,
+            processor,
+            self._metrics,
+            group_id=conf.get("group.id"),
+            producer_config=producer_config,
+            exactly_once=exactly_once,
         )
-        self._produce_error: KafkaError | None = None
         self._topics = topics
         self._processor = processor
         self._bp = backpressure
-        self._commit_interval = commit_interval
-        self._revoke_timeout = revoke_timeout
+        self._commit_interval = timeouts.commit_interval
+        self._revoke_timeout = timeouts.revoke
         self._batch = batch_size
-        self._metrics = metrics or SourceMetrics()
         self._on_fatal = on_fatal
         self._assigned: set[tuple[str, int]] = set()
         self._paused = False
@@ -150,8 +144,7 @@ class KafkaSource:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        if self._exactly_once and self._producer is not None:
-            self._producer.init_transactions(30)
+        self._committer.start()
         self._consumer.subscribe(
             self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -195,64 +188,78 @@ class KafkaSource:
             self._close()
 
     def _loop(self) -> None:
-        consumer, processor, bp = self._consumer, self._processor, self._bp
+        """One turn: make room, fetch, commit if due, report the lag if due."""
         next_commit = time.monotonic() + self._commit_interval
         next_lag = time.monotonic()
-        # a batch worth a trip to the client; workers that cannot free it within _ROOM_WAIT (they
-        # would need over 2 s to work through the whole cap) get their partitions paused
-        want = min(self._batch, max(1, bp.max_events // 20))
+        want = batch_wanted(self._bp, self._batch)
         while not self._stop.is_set():
             self.heartbeat = now = time.monotonic()
-            room = bp.max_events - processor.events_in_memory
-            if room < want and not self._paused and not self._draining.is_set():
-                # Full, or nearly: wait (briefly, without polling) for the workers to make room
-                # before pausing. A busy engine frees it within milliseconds, while a pause makes
-                # the client drop what it prefetched (refetched on resume: ~100 ms without
-                # records, which cut the 5 ms I/O benchmark's rate by half); and a sliver of
-                # room would mean a trip to the client for a handful of records. A handler too
-                # slow to make room in time still gets its partitions paused.
-                if not processor.wait_for_room(bp.max_events - want, bp.max_bytes, _ROOM_WAIT):
-                    room = 0  # the workers are not keeping up: pause
-                else:
-                    room = bp.max_events - processor.events_in_memory
-            over = room <= 0 or processor.bytes_in_memory >= bp.max_bytes or self._draining.is_set()
-            if over and not self._paused:
-                self._pause()
-            elif (
-                self._paused
-                and not over
-                and (
-                    processor.events_in_memory <= bp.max_events * bp.resume_at
-                    and processor.bytes_in_memory <= bp.max_bytes * bp.resume_at
-                )
-            ):
-                self._resume()
-            if self._paused or over:
-                # keep serving the group (heartbeats, rebalances) while paused; look again soon:
-                # the workers may drain to the low mark in well under 100 ms, and a longer
-                # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
-                msg = consumer.poll(_PAUSED_POLL)
-                if msg is not None:
-                    self._handle_batch([msg], max_accept=0 if self._draining.is_set() else max(0, room))
-            else:
-                # take what is already fetched without waiting for a full batch; block (up to
-                # 100 ms) only when nothing is there, so a record never waits for others to arrive
-                msgs = consumer.consume(min(self._batch, room), 0)
-                if not msgs:
-                    msgs = consumer.consume(1, 0.1)
-                if msgs:
-                    self._handle_batch(msgs, max_accept=room)
+            room = self._make_room(want)
+            self._fetch(room)
             if now >= next_commit:
-                self._skip_unseen()
-                if self._recommit:  # an asynchronous commit failed: send every position again
-                    self._recommit = False
-                    self._commit(processor.final_positions(self._assigned, owner=self), asynchronous=True)
-                else:
-                    self._commit(processor.positions(owner=self), asynchronous=True)
+                self._commit_due()
                 next_commit = now + self._commit_interval
             if now >= next_lag:
                 self._report_lag()
                 next_lag = now + 5.0
+
+    def _make_room(self, want: int) -> int:
+        """The room left under the event cap, after waiting briefly for the workers to make room
+        for a batch of ``want`` when it is smaller (0: they did not make it in time, so pause).
+
+        A busy engine frees room within milliseconds, while a pause makes the client drop what it
+        prefetched (refetched on resume: ~100 ms without records, which cut the 5 ms I/O
+        benchmark's rate by half). A handler too slow to make room in time still gets its
+        partitions paused (:mod:`laneway.engine.flow`)."""
+        processor, bp = self._processor, self._bp
+        events = processor.events_in_memory
+        if needs_room(bp, events=events, want=want, paused=self._paused, draining=self._draining.is_set()):
+            if not processor.wait_for_room(room_target(bp, want), bp.max_bytes, _ROOM_WAIT):
+                return 0  # the workers are not keeping up: pause
+            events = processor.events_in_memory
+        return bp.max_events - events
+
+    def _fetch(self, room: int) -> None:
+        """Pause or resume as :func:`laneway.engine.flow.plan` says, then fetch into the processor."""
+        processor, consumer = self._processor, self._consumer
+        flow = plan(
+            self._bp,
+            room=room,
+            events=processor.events_in_memory,
+            held_bytes=processor.bytes_in_memory,
+            paused=self._paused,
+            draining=self._draining.is_set(),
+            batch_size=self._batch,
+        )
+        if flow.pause:
+            self._pause()
+        elif flow.resume:
+            self._resume()
+        if flow.polls_only:
+            # keep serving the group (heartbeats, rebalances) while paused; look again soon:
+            # the workers may drain to the low mark in well under 100 ms, and a longer
+            # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
+            msg = consumer.poll(_PAUSED_POLL)
+            if msg is not None:
+                self._handle_batch([msg], max_accept=flow.accept)
+        else:
+            # take what is already fetched without waiting for a full batch; block (up to
+            # 100 ms) only when nothing is there, so a record never waits for others to arrive
+            msgs = consumer.consume(flow.fetch, 0)
+            if not msgs:
+                msgs = consumer.consume(1, 0.1)
+            if msgs:
+                self._handle_batch(msgs, max_accept=flow.accept)
+
+    def _commit_due(self) -> None:
+        """The periodic commit: past transaction markers, of every position after a failure."""
+        self._skip_unseen()
+        if self._committer.take_recommit():  # an asynchronous commit failed: send every position again
+            self._committer.commit(
+                self._processor.final_positions(self._assigned, owner=self), asynchronous=True
+            )
+        else:
+            self._committer.commit(self._processor.positions(owner=self), asynchronous=True)
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
@@ -311,71 +318,9 @@ class KafkaSource:
 
     # ------------------------------------------------------------------ commits and lag
 
-    def _commit(self, positions: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
-        """Produce what finished events emitted below ``positions``, then commit the positions.
-
-        With ``exactly_once`` both go in one Kafka transaction. A failure to produce or to
-        commit a transaction raises (the app halts: nothing past the last committed
-        transaction is visible, so a restart redoes the work exactly once).
-        """
-        if not positions:
-            return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
-        outputs = self._processor.take_outputs(positions) if self._producer is not None else []
-        if self._exactly_once:
-            self._commit_transaction(outputs, offsets)
-            return
-        if outputs:
-            self._produce_all(outputs)
-            asynchronous = False  # the flush already waited; keep the order produce -> commit simple
-        try:
-            if asynchronous:
-                # counted when the broker answers (_on_commit: the client calls it for these only)
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-                self._metrics.commit(True)
-        except KafkaException as exc:
-            self._metrics.commit(False)
-            logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
-
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Result of an asynchronous commit (served by poll; the client does not call it for
-        synchronous ones). A failed one is retried on the next tick."""
-        failed = err is not None or any(p.error is not None for p in partitions)
-        self._metrics.commit(not failed)
-        if failed:
-            self._recommit = True
-            logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
-
-    def _produce_all(self, outputs: list[Output]) -> None:
-        producer = self._producer
-        assert producer is not None
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None and self._produce_error is None:
-                self._produce_error = err
-
-        _produce(producer, outputs, delivered)
-        if producer.flush(60) != 0 or self._produce_error is not None:
-            raise OutputError(
-                f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
-            )
-
-    def _commit_transaction(self, outputs: list[Output], offsets: list[TopicPartition]) -> None:
-        producer = self._producer
-        assert producer is not None
-        try:
-            producer.begin_transaction()
-            _produce(producer, outputs, None)  # delivery failures surface in commit_transaction
-            producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(60)
-            self._metrics.commit(True)
-        except KafkaException as exc:
-            self._metrics.commit(False)
-            raise OutputError(
-                f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
-            ) from exc
+        """The client's callback for an asynchronous commit (served by poll)."""
+        self._committer.on_commit(err, partitions)
 
     def _skip_unseen(self) -> None:
         """Give the processor the client's positions: a partition whose last entries are
@@ -434,7 +379,7 @@ class KafkaSource:
         with contextlib.suppress(KafkaException):
             consumer.resume(parts)  # leave no pause flag behind on partitions we give away
         positions = self._processor.revoke(tps, self._revoke_timeout, owner=self)
-        self._commit(positions, asynchronous=False)
+        self._committer.commit(positions, asynchronous=False)
         self._assigned.difference_update(tps)
         for t, p in tps:
             self._metrics.forget_partition(t, p)
@@ -459,16 +404,16 @@ class KafkaSource:
     def _close(self) -> None:
         try:
             self._skip_unseen()
-            self._commit(self._processor.final_positions(self._assigned, owner=self), asynchronous=False)
+            self._committer.commit(
+                self._processor.final_positions(self._assigned, owner=self), asynchronous=False
+            )
         except Exception:
             logger.exception("final commit failed")
         try:
             self._consumer.close()
         except Exception:
             logger.exception("closing the consumer failed")
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None  # release librdkafka's threads (and their logging) now
+        self._committer.close()
 
 
 def _events(msgs: list[Message]) -> list[Event]:
@@ -489,21 +434,3 @@ def _events(msgs: list[Message]) -> list[Event]:
         for msg in msgs
         if msg.error() is None
     ]
-
-
-def _produce(
-    producer: Producer,
-    outputs: list[Output],
-    on_delivery: Callable[[KafkaError | None, Message], None] | None,
-) -> None:
-    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full."""
-    for topic, key, value, headers in outputs:
-        while True:
-            try:
-                if on_delivery is None:
-                    producer.produce(topic, value=value, key=key, headers=headers)
-                else:
-                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)

@@ -78,10 +78,7 @@ def register(app: typer.Typer) -> None:
         if not isinstance(obj, App):
             typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
             raise typer.Exit(2)
-        if metrics_port is not None:
-            obj.settings = obj.settings.model_copy(update={"metrics_port": metrics_port})
-        if metrics_host is not None:
-            obj.settings = obj.settings.model_copy(update={"metrics_host": metrics_host})
+        obj.settings = obj.settings.serving_metrics(port=metrics_port, host=metrics_host)
         try:
             obj.run()
         except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from laneway import App, Backpressure, Event, Retry
+from laneway import App, Backpressure, Event, Retry, Timeouts
 
 
 def _noop(ev: Event) -> None:
@@ -18,7 +18,7 @@ def _app(topic: str | None = None, handler: dict[str, Any] | None = None, **sett
     env = os.environ
     kwargs: dict[str, Any] = {"bootstrap_servers": env["LW_BOOTSTRAP"], "group_id": "chaos-badconfig"}
     kwargs.update(settings)
-    app = App("badconfig", startup_timeout=3, **kwargs)
+    app = App("badconfig", timeouts=Timeouts(startup=3), **kwargs)
     app.handler(topic or env["LW_TOPIC"], **(handler or {}))(_noop)
     return app
 

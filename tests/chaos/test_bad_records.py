@@ -18,7 +18,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from laneway import App, Event, HandlerFailed, Retry
+from laneway import App, Event, HandlerFailed, Retry, Timeouts
 from laneway.catalog.sync import decode_change
 from laneway.kafka import headers as h
 from tests.chaos.conftest import StreamTopic
@@ -130,7 +130,7 @@ def test_bad_records_are_dead_lettered_and_the_rest_processed(
         bootstrap_servers=kafka_bootstrap,
         group_id=group_id,
         concurrency=8,
-        commit_interval=0.2,
+        timeouts=Timeouts(commit_interval=0.2),
         kafka_config=BIG_CLIENT,
     )
 
@@ -212,8 +212,7 @@ def test_async_handler_base_exceptions_are_dead_lettered(
         bootstrap_servers=kafka_bootstrap,
         group_id=group_id,
         concurrency=4,
-        shutdown_timeout=3,
-        revoke_timeout=2,
+        timeouts=Timeouts(shutdown=3, revoke=2),
     )
 
     @app.handler(topic, deserializer="json", timeout=5.0)
@@ -246,7 +245,9 @@ def test_halt_policy_stops_without_losing_the_record(
     records.insert(5, (b"k", orjson.dumps({"raise": "SystemExit"})))
     produce(kafka_bootstrap, topic, records)
     done: list[int] = []
-    app = App("halt", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App(
+        "halt", bootstrap_servers=kafka_bootstrap, group_id=group_id, timeouts=Timeouts(commit_interval=0.1)
+    )
 
     @app.handler(topic, deserializer="json", on_failure="halt")
     def handle(ev: Event) -> None:

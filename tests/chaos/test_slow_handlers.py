@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from laneway import App, Backpressure, Event, Retry
+from laneway import App, Backpressure, Event, Retry, Timeouts
 from laneway.kafka import headers as h
 from tests.chaos.conftest import StreamTopic
 from tests.chaos.support import committed, end_offsets, read_topic
@@ -81,7 +81,7 @@ def test_async_handler_past_its_timeout_is_retried_then_dead_lettered(
         bootstrap_servers=kafka_bootstrap,
         group_id=group_id,
         concurrency=8,
-        commit_interval=0.2,
+        timeouts=Timeouts(commit_interval=0.2),
         backpressure=Backpressure(max_events=MAX_EVENTS),
     )
 
@@ -144,7 +144,7 @@ def test_sync_handler_hanging_past_its_timeout_is_reported_while_it_hangs(
         bootstrap_servers=kafka_bootstrap,
         group_id=group_id,
         concurrency=8,
-        commit_interval=0.2,
+        timeouts=Timeouts(commit_interval=0.2),
         backpressure=Backpressure(max_events=MAX_EVENTS),
     )
 

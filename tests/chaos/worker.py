@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from laneway import App, Backpressure, Event
+from laneway import App, Backpressure, Event, Timeouts
 
 
 def build(
@@ -31,8 +31,7 @@ def build(
         bootstrap_servers=bootstrap,
         group_id=group,
         concurrency=concurrency,
-        commit_interval=0.2,
-        shutdown_timeout=20,
+        timeouts=Timeouts(commit_interval=0.2, shutdown=20),
         backpressure=Backpressure(max_events=max_events),
         kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from laneway import App, Event
+from laneway import App, Event, ExactlyOnce, Timeouts
 
 
 def _build() -> App | None:
@@ -22,9 +22,9 @@ def _build() -> App | None:
         bootstrap_servers=env["LW_BOOTSTRAP"],
         group_id=env["LW_GROUP"],
         concurrency=16,
-        commit_interval=0.2,
-        exactly_once=True,
-        transactional_id=f"{env['LW_GROUP']}-replica-0",  # stable across restarts: fences the killed one
+        timeouts=Timeouts(commit_interval=0.2),
+        # a stable id across restarts: fences the killed one
+        exactly_once=ExactlyOnce(transactional_id=f"{env['LW_GROUP']}-replica-0"),
         kafka_config={"session.timeout.ms": 6000},
     )
     output = env["LW_OUTPUT"]

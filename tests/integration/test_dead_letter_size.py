@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from laneway import App, Event
+from laneway import App, Event, Timeouts
 from laneway.kafka import headers as h
 from laneway.kafka.redrive import RedriveError, redrive
 from tests.conftest import TopicFactory
@@ -44,7 +44,12 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
     assert errors == [None] * 4
 
     done: list[bytes | None] = []
-    app = App("dlq-size", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App(
+        "dlq-size",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        timeouts=Timeouts(commit_interval=0.1),
+    )
 
     @app.handler(topic, dead_letter_topic=dlq)
     def handle(ev: Event) -> None:

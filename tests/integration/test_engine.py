@@ -7,12 +7,11 @@ import socket
 import threading
 import time
 import urllib.request
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from laneway import App, Backpressure, ConfigError, Event, Retry
+from laneway import App, Backpressure, ConfigError, Event, MetricsServer, Retry, Timeouts
 from laneway.kafka import headers as h
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets, produce_keyed
@@ -141,7 +140,9 @@ def test_delay_is_honoured_and_holds_the_commit(
     produce_keyed(kafka_bootstrap, topic, 40, keys=8)
     ran: list[tuple[float, int]] = []
     commits_while_waiting: list[dict[int, int]] = []
-    app = App("delay", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App(
+        "delay", bootstrap_servers=kafka_bootstrap, group_id=group_id, timeouts=Timeouts(commit_interval=0.1)
+    )
     app.handler(topic, dead_letter_topic=dlq, delay=delay)(
         lambda ev: ran.append((time.time(), ev.timestamp_ms))
     )
@@ -217,7 +218,9 @@ def test_metrics_and_health_endpoint(kafka_bootstrap: str, make_topic: TopicFact
     dlq = make_topic(partitions=1, prefix="dlq")
     produce_keyed(kafka_bootstrap, topic, 100, keys=10)
     count = [0]
-    app = App("metrics", bootstrap_servers=kafka_bootstrap, group_id=group_id, metrics_port=0)
+    app = App(
+        "metrics", bootstrap_servers=kafka_bootstrap, group_id=group_id, metrics_server=MetricsServer(port=0)
+    )
     app.handler(topic, dead_letter_topic=dlq)(lambda ev: count.__setitem__(0, count[0] + 1))
     with app:
         deadline = time.monotonic() + 30
@@ -255,7 +258,12 @@ def test_a_topic_written_in_transactions_is_committed_to_its_end(
             producer.commit_transaction(30)
             sent += 10
     seen: list[bytes] = []
-    app = App("txn-topic", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.2)
+    app = App(
+        "txn-topic",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        timeouts=Timeouts(commit_interval=0.2),
+    )
     app.handler(topic, dead_letter_topic=dlq)(lambda ev: seen.append(ev.value))
     ends = end_offsets(kafka_bootstrap, topic, 2)
     assert all(end == 4 * 5 + 4 for end in ends.values()), ends  # 20 records and 4 markers a partition
@@ -278,11 +286,16 @@ def test_a_metrics_port_in_use_fails_the_start_before_any_consumer(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        app = App("busy-port", bootstrap_servers=kafka_bootstrap, group_id=group_id, metrics_port=port)
+        app = App(
+            "busy-port",
+            bootstrap_servers=kafka_bootstrap,
+            group_id=group_id,
+            metrics_server=MetricsServer(port=port),
+        )
         app.handler(topic, dead_letter_topic=dlq)(print)
         with pytest.raises(ConfigError) as err:
             app.start()
-    assert err.value.field == "metrics_port" and str(port) in str(err.value)
+    assert err.value.field == "metrics_server.port" and str(port) in str(err.value)
     assert app.sources == [] and app.processor is None  # nothing was started
 
 
@@ -306,7 +319,7 @@ def test_bad_configuration_fails_at_start_naming_the_field(
         app2.start()
     assert err.value.field == "dead_letter_topic" and f"{topic}.dlq" in str(err.value)
 
-    app3 = App("cfg3", bootstrap_servers="127.0.0.1:1", startup_timeout=2)
+    app3 = App("cfg3", bootstrap_servers="127.0.0.1:1", timeouts=Timeouts(startup=2))
     app3.handler(topic)(print)
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as err:
@@ -316,7 +329,7 @@ def test_bad_configuration_fails_at_start_naming_the_field(
 
 
 def _app_stuck_on_offset_zero(
-    bootstrap: str, make_topic: TopicFactory, group_id: str, **options: Any
+    bootstrap: str, make_topic: TopicFactory, group_id: str, timeouts: Timeouts | None = None
 ) -> tuple[App, str, threading.Event]:
     """An app over 20 records of 5 keys whose handler blocks on offset 0 (key k0) until released,
     started, once every other key's records (16) have finished."""
@@ -325,7 +338,12 @@ def _app_stuck_on_offset_zero(
     produce_keyed(bootstrap, topic, 20, keys=5)  # offset 0 has key k0
     release = threading.Event()
     done: list[int] = []
-    app = App("hold", bootstrap_servers=bootstrap, group_id=group_id, commit_interval=0.1, **options)
+    app = App(
+        "hold",
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        timeouts=timeouts or Timeouts(commit_interval=0.1),
+    )
 
     @app.handler(topic, dead_letter_topic=dlq)
     def handle(ev: Event) -> None:
@@ -366,7 +384,7 @@ def test_shutdown_with_a_hung_handler_ends_within_shutdown_timeout_and_commits_w
     and the workers' join waited revoke_timeout and 10 s more (50 s at the defaults, past a 30 s
     kill grace period, which then lost the final commit)."""
     app, topic, release = _app_stuck_on_offset_zero(
-        kafka_bootstrap, make_topic, group_id, shutdown_timeout=2, revoke_timeout=10
+        kafka_bootstrap, make_topic, group_id, Timeouts(commit_interval=0.1, shutdown=2, revoke=10)
     )
     try:
         started = time.monotonic()
@@ -418,7 +436,9 @@ def test_emitted_records_are_produced_once_per_success(
     dlq = make_topic(partitions=1, prefix="dlq")
     produce_keyed(kafka_bootstrap, source, 200, keys=10)
     count = [0]
-    app = App("emit", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App(
+        "emit", bootstrap_servers=kafka_bootstrap, group_id=group_id, timeouts=Timeouts(commit_interval=0.1)
+    )
 
     @app.handler(source, dead_letter_topic=dlq, retry=Retry(max_attempts=2, initial_backoff=0.001))
     def handle(ev: Event) -> None:
@@ -442,7 +462,9 @@ def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(
     topic = make_topic(partitions=1)
     produce_keyed(kafka_bootstrap, topic, 50, keys=5)
     seen: list[int] = []
-    app = App("halt", bootstrap_servers=kafka_bootstrap, group_id=group_id, commit_interval=0.1)
+    app = App(
+        "halt", bootstrap_servers=kafka_bootstrap, group_id=group_id, timeouts=Timeouts(commit_interval=0.1)
+    )
 
     @app.handler(
         topic, ordering="partition", on_failure="halt", retry=Retry(max_attempts=2, initial_backoff=0.01)

@@ -12,7 +12,7 @@ import random
 import threading
 import time
 
-from laneway import App, Backpressure, Event
+from laneway import App, Backpressure, Event, Timeouts
 
 
 def build(bootstrap: str, topic: str, group: str, out_path: str, sleep_ms: float) -> App:
@@ -21,8 +21,7 @@ def build(bootstrap: str, topic: str, group: str, out_path: str, sleep_ms: float
         bootstrap_servers=bootstrap,
         group_id=group,
         concurrency=32,
-        commit_interval=0.2,
-        shutdown_timeout=20,
+        timeouts=Timeouts(commit_interval=0.2, shutdown=20),
         backpressure=Backpressure(max_events=2000),
         kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
     )

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from laneway import App, ConfigError
+from laneway import App, ConfigError, ExactlyOnce, MetricsServer, Timeouts
 from laneway.app import GC_THRESHOLD, tune_gc
+from laneway.settings import replica
 
 
 @pytest.fixture
@@ -62,9 +63,93 @@ def test_kafka_config_takes_other_keys_and_auto_commit_off() -> None:
 
 
 def test_metrics_host_defaults_to_loopback() -> None:
-    assert App("a", bootstrap_servers="127.0.0.1:9092").settings.metrics_host == "127.0.0.1"
-    app = App("a", bootstrap_servers="127.0.0.1:9092", metrics_port=9100, metrics_host="0.0.0.0")
-    assert app.settings.metrics_host == "0.0.0.0"
+    assert MetricsServer(port=9100).host == "127.0.0.1"
+    app = App(
+        "a", bootstrap_servers="127.0.0.1:9092", metrics_server=MetricsServer(port=9100, host="0.0.0.0")
+    )
+    assert app.settings.metrics_server == MetricsServer(port=9100, host="0.0.0.0")
+
+
+def test_settings_are_grouped_into_policy_objects_with_defaults() -> None:
+    s = App("a", bootstrap_servers="127.0.0.1:9092").settings
+    assert s.timeouts == Timeouts(commit_interval=1.0, shutdown=30.0, revoke=10.0, stall=60.0, startup=10.0)
+    assert s.metrics_server is None and s.exactly_once is None
+
+
+def test_the_old_keywords_still_work_and_warn() -> None:
+    with pytest.warns(DeprecationWarning, match="commit_interval=.*deprecated.*Timeouts") as caught:
+        app = App(
+            "a",
+            bootstrap_servers="127.0.0.1:9092",
+            commit_interval=0.5,
+            shutdown_timeout=5,
+            revoke_timeout=2,
+            stall_timeout=7,
+            startup_timeout=3,
+            metrics_port=9100,
+            metrics_host="0.0.0.0",
+            exactly_once=True,
+            transactional_id="replica-a",
+        )
+    assert len(caught) == 1 and caught[0].filename == __file__  # it points at the App(...) call
+    s = app.settings
+    assert s.timeouts == Timeouts(commit_interval=0.5, shutdown=5, revoke=2, stall=7, startup=3)
+    assert s.metrics_server == MetricsServer(port=9100, host="0.0.0.0")
+    assert s.exactly_once == ExactlyOnce(transactional_id="replica-a")
+    with pytest.warns(DeprecationWarning, match="exactly_once"):
+        assert App("a", bootstrap_servers="127.0.0.1:9092", exactly_once=False).settings.exactly_once is None
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", commit_interval=0)
+    assert info.value.field == "timeouts.commit_interval"
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'concurency'"):
+        App("a", bootstrap_servers="127.0.0.1:9092", concurency=4)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Timeouts(commit_interval=0), "timeouts.commit_interval"),
+        (lambda: Timeouts(shutdown=-1), "timeouts.shutdown"),
+        (lambda: Timeouts(revoke=float("nan")), "timeouts.revoke"),
+        (lambda: Timeouts(stall="1"), "timeouts.stall"),
+        (lambda: Timeouts(startup=0), "timeouts.startup"),
+        (lambda: MetricsServer(port=70000), "metrics_server.port"),
+        (lambda: MetricsServer(port=True), "metrics_server.port"),
+        (lambda: MetricsServer(port=9100, host=""), "metrics_server.host"),
+        (lambda: ExactlyOnce(transactional_id=""), "exactly_once.transactional_id"),
+        (lambda: App("a", bootstrap_servers="127.0.0.1:9092", timeouts={"stall": 1}), "timeouts"),
+        (lambda: App("a", bootstrap_servers="127.0.0.1:9092", metrics_server=9100), "metrics_server"),
+        (lambda: App("a", bootstrap_servers="127.0.0.1:9092", exactly_once="yes"), "exactly_once"),
+    ],
+)
+def test_bad_policy_objects_fail_naming_the_field(make: object, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make()  # type: ignore[operator]
+    assert info.value.field == field
+
+
+def test_zero_waits_are_allowed_where_they_mean_do_not_wait() -> None:
+    assert Timeouts(shutdown=0, revoke=0).shutdown == 0
+
+
+def test_each_consumer_gets_its_own_transactional_id() -> None:
+    assert replica(ExactlyOnce(transactional_id="app"), 2) == ExactlyOnce(transactional_id="app-2")
+    assert replica(ExactlyOnce(), 2) == ExactlyOnce()
+    assert replica(None, 0) is None
+
+
+def test_the_run_command_s_metrics_options_override_the_app_s() -> None:
+    plain = App("a", bootstrap_servers="127.0.0.1:9092").settings
+    assert plain.serving_metrics(host="0.0.0.0") is plain  # a host alone: still no server
+    assert plain.serving_metrics(port=9100).metrics_server == MetricsServer(port=9100)
+    served = App("a", bootstrap_servers="127.0.0.1:9092", metrics_server=MetricsServer(port=1, host="h"))
+    assert served.settings.serving_metrics(port=2).metrics_server == MetricsServer(port=2, host="h")
+    assert served.settings.serving_metrics(host="0.0.0.0").metrics_server == MetricsServer(
+        port=1, host="0.0.0.0"
+    )
 
 
 def _noop(ev: object) -> None:
@@ -145,7 +230,7 @@ def test_health_names_an_event_loop_an_async_handler_blocks() -> None:
         started.set()
         release.wait(10)  # blocks the loop, as a time.sleep would
 
-    app = App("a", bootstrap_servers="127.0.0.1:9092", stall_timeout=0.3)
+    app = App("a", bootstrap_servers="127.0.0.1:9092", timeouts=Timeouts(stall=0.3))
     proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, dead_letters=FakeDeadLetters())
     app.processor = proc
     try:

@@ -18,9 +18,13 @@ def test_top_level_exports() -> None:
         "Delay",
         "EngineStopped",
         "Event",
+        "ExactlyOnce",
         "HandlerFailed",
         "LanewayError",
+        "MetricsServer",
+        "OutputError",
         "Retry",
+        "Timeouts",
     ]
     for name in laneway.__all__:
         assert getattr(laneway, name) is not None
@@ -38,7 +42,7 @@ def test_every_module_declares_all() -> None:
 
 
 def test_exception_tree_has_one_root() -> None:
-    for name in ("ConfigError", "DeadLetterError", "EngineStopped", "HandlerFailed"):
+    for name in ("ConfigError", "DeadLetterError", "EngineStopped", "HandlerFailed", "OutputError"):
         assert issubclass(getattr(laneway, name), laneway.LanewayError)
 
 

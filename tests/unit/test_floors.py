@@ -40,7 +40,7 @@ def floor_of(module: str) -> str:
     """The floor of a laneway module (``laneway.kafka.admin`` -> ``kafka``)."""
     parts = module.split(".")
     assert parts[0] == "laneway", module
-    if len(parts) == 1 or parts[1] == "app":
+    if len(parts) == 1 or parts[1] in ("app", "settings"):
         return "app"  # the package's __init__ exports the app's names
     if parts[1] == "demo":
         return "ops"

@@ -1,0 +1,215 @@
+"""Commits, and the records handlers emitted: produced before the offsets that cover them.
+
+Two committers share one shape (:class:`Committer`), one per delivery guarantee:
+
+- :class:`AtLeastOnceCommitter`: produce the emitted records, flush, then commit the offsets
+  (asynchronously on the periodic tick when nothing was emitted). A failed asynchronous commit
+  is sent again, every position, on the next tick.
+- :class:`TransactionalCommitter` (``exactly_once``): the emitted records and the offsets go in
+  one Kafka transaction. Any failure raises :class:`OutputError`: the app halts, nothing past
+  the last committed transaction is visible, so a restart redoes the work exactly once.
+
+Every call comes from the consumer's own thread (its loop, its rebalance callbacks and the
+``on_commit`` callback its ``poll`` serves): a committer needs no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from laneway.engine.events import Output
+from laneway.engine.policies import ExactlyOnce
+from laneway.engine.processor import Processor
+from laneway.errors import ConfigError, LanewayError
+from laneway.kafka.logs import librdkafka_logger
+
+if TYPE_CHECKING:
+    from laneway.kafka.source import SourceMetrics
+
+__all__ = [
+    "AtLeastOnceCommitter",
+    "Committer",
+    "OutputError",
+    "TransactionalCommitter",
+    "make_committer",
+]
+
+logger = logging.getLogger(__name__)
+#: librdkafka's lines of the outputs' producer (laneway.kafka.logs: an outage's flood held back)
+_PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
+
+Positions = dict[tuple[str, int], int]
+
+
+class OutputError(LanewayError):
+    """Records a handler emitted could not be produced (or their transaction failed)."""
+
+
+class Committer:
+    """Produce what finished events emitted below some positions, then commit the positions.
+
+    The verbs: :meth:`start` (before the first poll), :meth:`commit` (blocks while it produces
+    and flushes, or for a synchronous commit), :meth:`on_commit` (the client's callback for an
+    asynchronous commit), :meth:`take_recommit`, :meth:`close` (flushes for up to 10 s).
+    """
+
+    def __init__(
+        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
+    ) -> None:
+        self._consumer = consumer
+        self._processor = processor
+        self._metrics = metrics
+        self._producer = producer
+        self._recommit = False
+
+    def start(self) -> None:
+        """Ready the producer (a transactional one registers its id)."""
+
+    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
+        raise NotImplementedError
+
+    def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Result of an asynchronous commit (served by poll; the client does not call it for
+        synchronous ones). A failed one is retried on the next tick."""
+        failed = err is not None or any(p.error is not None for p in partitions)
+        self._metrics.commit(not failed)
+        if failed:
+            self._recommit = True
+            logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
+
+    def take_recommit(self) -> bool:
+        """True once after an asynchronous commit failed: the next tick sends every position."""
+        recommit, self._recommit = self._recommit, False
+        return recommit
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None  # release librdkafka's threads (and their logging) now
+
+
+class AtLeastOnceCommitter(Committer):
+    """Produce and flush the emitted records, then commit the offsets (without a producer, only
+    commit)."""
+
+    def __init__(
+        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
+    ) -> None:
+        super().__init__(consumer, processor, metrics, producer)
+        self._produce_error: KafkaError | None = None
+
+    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
+        if not positions:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        outputs = self._processor.take_outputs(positions) if self._producer is not None else []
+        if outputs:
+            self._produce_all(outputs)
+            asynchronous = False  # the flush already waited; keep the order produce -> commit simple
+        try:
+            if asynchronous:
+                # counted when the broker answers (on_commit: the client calls it for these only)
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+                self._metrics.commit(True)
+        except KafkaException as exc:
+            self._metrics.commit(False)
+            logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
+
+    def _produce_all(self, outputs: list[Output]) -> None:
+        producer = self._producer
+        assert producer is not None
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None and self._produce_error is None:
+                self._produce_error = err
+
+        produce(producer, outputs, delivered)
+        if producer.flush(60) != 0 or self._produce_error is not None:
+            raise OutputError(
+                f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
+            )
+
+
+class TransactionalCommitter(Committer):
+    """The emitted records and the offsets in one transaction; any failure raises."""
+
+    def __init__(
+        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer
+    ) -> None:
+        super().__init__(consumer, processor, metrics, producer)
+
+    def start(self) -> None:
+        if self._producer is not None:
+            self._producer.init_transactions(30)
+
+    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
+        if not positions:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        producer = self._producer
+        assert producer is not None
+        outputs = self._processor.take_outputs(positions)
+        try:
+            producer.begin_transaction()
+            produce(producer, outputs, None)  # delivery failures surface in commit_transaction
+            producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(60)
+            self._metrics.commit(True)
+        except KafkaException as exc:
+            self._metrics.commit(False)
+            raise OutputError(
+                f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
+            ) from exc
+
+
+def make_committer(
+    consumer: Consumer,
+    processor: Processor,
+    metrics: SourceMetrics,
+    *,
+    group_id: object,
+    producer_config: dict[str, Any] | None,
+    exactly_once: ExactlyOnce | None,
+) -> Committer:
+    """The committer for ``exactly_once`` (transactional) or not, with its producer of emitted
+    records when ``producer_config`` is given (the outputs' producer: idempotent, ``acks=all``,
+    ``linger.ms=5`` unless the config says otherwise)."""
+    pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
+    if exactly_once is not None:
+        # A stable id per replica lets a restarted process fence its predecessor and abort
+        # the transaction it left open; a fresh one leaves it to transaction.timeout.ms.
+        pconf["transactional.id"] = (
+            exactly_once.transactional_id or f"laneway-{group_id}-{uuid.uuid4().hex[:12]}"
+        )
+        pconf.setdefault("transaction.timeout.ms", 10_000)
+    if exactly_once is not None:
+        if producer_config is None:
+            raise ConfigError("exactly_once", "a transactional commit needs a producer_config")
+        return TransactionalCommitter(consumer, processor, metrics, Producer(pconf, logger=_PRODUCER_LOG))
+    producer = Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
+    return AtLeastOnceCommitter(consumer, processor, metrics, producer)
+
+
+def produce(
+    producer: Producer,
+    outputs: list[Output],
+    on_delivery: Callable[[KafkaError | None, Message], None] | None,
+) -> None:
+    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full."""
+    for topic, key, value, headers in outputs:
+        while True:
+            try:
+                if on_delivery is None:
+                    producer.produce(topic, value=value, key=key, headers=headers)
+                else:
+                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)

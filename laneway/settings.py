@@ -1,0 +1,157 @@
+"""The app's settings, validated once: the pydantic record :class:`AppSettings` (the connection
+and the app's shape, the policy objects, the librdkafka pass-through ``kafka_config``), and the
+keywords ``App`` took before the policy objects, still accepted for one release.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
+
+from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
+
+__all__ = [
+    "DEPRECATED_KEYWORDS",
+    "RESERVED_KAFKA_KEYS",
+    "AppSettings",
+    "replica",
+    "upgrade_keywords",
+    "with_metrics_server",
+]
+
+
+#: librdkafka keys ``kafka_config`` may not set (``enable.auto.*`` may be given as false)
+RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
+    "enable.auto.commit": "an automatic commit would pass records still in process (the commit rule)",
+    "enable.auto.offset.store": "an automatic commit would pass records still in process (the commit rule)",
+    "group.id": "use group_id",
+    "transactional.id": "use exactly_once=ExactlyOnce(transactional_id=...)",
+}
+
+#: the keywords App took before the policy objects: one release with a DeprecationWarning
+DEPRECATED_KEYWORDS: Final[dict[str, str]] = {
+    "commit_interval": "timeouts=Timeouts(commit_interval=...)",
+    "shutdown_timeout": "timeouts=Timeouts(shutdown=...)",
+    "revoke_timeout": "timeouts=Timeouts(revoke=...)",
+    "stall_timeout": "timeouts=Timeouts(stall=...)",
+    "startup_timeout": "timeouts=Timeouts(startup=...)",
+    "metrics_port": "metrics_server=MetricsServer(port=...)",
+    "metrics_host": "metrics_server=MetricsServer(host=...)",
+    "exactly_once": "exactly_once=ExactlyOnce() (not a bool)",
+    "transactional_id": "exactly_once=ExactlyOnce(transactional_id=...)",
+}
+
+
+class AppSettings(BaseModel):
+    """Validated app settings; an error names the field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    bootstrap_servers: str = Field(min_length=1)
+    group_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._\-]+$")
+    consumers: int = Field(default=1, ge=1, le=64)
+    concurrency: int = Field(default=64, ge=1, le=10_000)
+    #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    #: tune the interpreter's garbage collector for a stream of short-lived events (see tune_gc)
+    gc_tuning: bool = True
+    backpressure: InstanceOf[Backpressure] = Backpressure()
+    timeouts: InstanceOf[Timeouts] = Timeouts()
+    #: None: no HTTP endpoint
+    metrics_server: InstanceOf[MetricsServer] | None = None
+    #: None: at least once
+    exactly_once: InstanceOf[ExactlyOnce] | None = None
+    kafka_config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, why in RESERVED_KAFKA_KEYS.items():
+            if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
+                raise ValueError(f"{key!r} is Laneway's to set: {why}")
+        return v
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _hosts(cls, v: str) -> str:
+        for part in v.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port], got {v!r}")
+        return v
+
+    def serving_metrics(self, *, port: int | None = None, host: str | None = None) -> AppSettings:
+        """A copy with the metrics server's port and host replaced where given (``laneway run
+        --metrics-port/--metrics-host``); a host alone changes nothing when there is no server."""
+        server = with_metrics_server(self.metrics_server, port=port, host=host)
+        return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
+
+
+def with_metrics_server(
+    server: MetricsServer | None, *, port: int | None, host: str | None
+) -> MetricsServer | None:
+    """``server`` with its port and host replaced where given; without a server, one on ``port``
+    (a host alone changes nothing: no port, no server)."""
+    if server is None:
+        if port is None:
+            return None
+        server = MetricsServer(port=port)
+    if port is None and host is None:
+        return server
+    return replace(
+        server, port=server.port if port is None else port, host=server.host if host is None else host
+    )
+
+
+def replica(exactly_once: ExactlyOnce | None, consumer: int) -> ExactlyOnce | None:
+    """Consumer ``consumer``'s own transactional id: ``{transactional_id}-{consumer}``."""
+    if exactly_once is None or exactly_once.transactional_id is None:
+        return exactly_once
+    return replace(exactly_once, transactional_id=f"{exactly_once.transactional_id}-{consumer}")
+
+
+def upgrade_keywords(
+    deprecated: dict[str, Any],
+    timeouts: Timeouts | None,
+    metrics_server: MetricsServer | None,
+    exactly_once: ExactlyOnce | bool | None,
+) -> tuple[Timeouts | None, MetricsServer | None, ExactlyOnce | None]:
+    """The policy objects with the deprecated keywords (:data:`DEPRECATED_KEYWORDS`) folded in,
+    after one :class:`DeprecationWarning` naming them; an unknown keyword is a ``TypeError``."""
+    for key in deprecated:
+        if key not in DEPRECATED_KEYWORDS:
+            raise TypeError(f"App.__init__() got an unexpected keyword argument '{key}'")
+    old = sorted(deprecated) + (["exactly_once"] if isinstance(exactly_once, bool) else [])
+    if isinstance(exactly_once, bool):
+        exactly_once = ExactlyOnce() if exactly_once else None
+    if not old:
+        return timeouts, metrics_server, exactly_once
+    warnings.warn(
+        "App(" + ", ".join(f"{k}=..." for k in old) + ") is deprecated and goes in the next release: "
+        "use " + "; ".join(DEPRECATED_KEYWORDS[k] for k in old),
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    given = {
+        field: deprecated[key]
+        for key, field in (
+            ("commit_interval", "commit_interval"),
+            ("shutdown_timeout", "shutdown"),
+            ("revoke_timeout", "revoke"),
+            ("stall_timeout", "stall"),
+            ("startup_timeout", "startup"),
+        )
+        if key in deprecated
+    }
+    if given:
+        timeouts = replace(timeouts or Timeouts(), **given)
+    metrics_server = with_metrics_server(
+        metrics_server, port=deprecated.get("metrics_port"), host=deprecated.get("metrics_host")
+    )
+    if exactly_once is not None and deprecated.get("transactional_id") is not None:
+        exactly_once = replace(exactly_once, transactional_id=deprecated["transactional_id"])
+    return timeouts, metrics_server, exactly_once

@@ -1,0 +1,124 @@
+"""docs/configuration.md against the code: every option of App, of the handler and of each
+policy object is in its table with the default the code has, and nothing else is."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laneway import App, Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts
+from laneway.settings import DEPRECATED_KEYWORDS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+REQUIRED = object()
+
+
+def _tables() -> dict[str, list[list[str]]]:
+    """The rows of each section's table (``## `Name` ``), header and separator left out."""
+    tables: dict[str, list[list[str]]] = {}
+    section = ""
+    for line in DOC.read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip().strip("`")
+            tables[section] = []
+        elif line.startswith("|") and section:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if set(cells[0]) <= {"-"} or cells[0] in ("Option", "Keyword"):
+                continue
+            tables[section].append(cells)
+    return tables
+
+
+def _documented(section: str) -> dict[str, Any]:
+    """Option -> default, as the doc writes them (``required`` or a Python expression)."""
+    rows = _tables()[section]
+    out: dict[str, Any] = {}
+    for name, default, _meaning in rows:
+        assert name.startswith("`") and name.endswith("`"), name
+        if default == "required":
+            out[name.strip("`")] = REQUIRED
+        else:
+            expr = default.strip("`")
+            out[name.strip("`")] = eval(expr, {"__builtins__": {}}, {"Exception": Exception})
+    return out
+
+
+def _signature(fn: Callable[..., Any]) -> dict[str, Any]:
+    params = inspect.signature(fn).parameters.values()
+    return {
+        p.name: REQUIRED if p.default is inspect.Parameter.empty else p.default
+        for p in params
+        if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = REQUIRED
+    return out
+
+
+@pytest.mark.parametrize(
+    ("section", "options"),
+    [
+        ("App", lambda: _signature(App.__init__)),
+        ("@app.handler", lambda: _signature(App.handler)),
+        ("Backpressure", lambda: _fields(Backpressure)),
+        ("Timeouts", lambda: _fields(Timeouts)),
+        ("MetricsServer", lambda: _fields(MetricsServer)),
+        ("ExactlyOnce", lambda: _fields(ExactlyOnce)),
+        ("Retry", lambda: _fields(Retry)),
+        ("Delay", lambda: _fields(Delay)),
+    ],
+)
+def test_each_table_lists_the_options_with_their_defaults(
+    section: str, options: Callable[[], dict[str, Any]]
+) -> None:
+    documented, actual = _documented(section), options()
+    assert list(documented) == list(actual)  # the same options, in the signature's order
+    for name, default in actual.items():
+        if default is REQUIRED:
+            assert documented[name] is REQUIRED, name
+        else:
+            assert documented[name] == default and type(documented[name]) is type(default), name
+
+
+def test_the_replaced_keywords_table_matches_the_code() -> None:
+    rows = _tables()["Keywords replaced by policy objects"]
+    assert {name.strip("`"): new.strip("`") for name, new in rows} == DEPRECATED_KEYWORDS
+
+
+def test_every_table_is_checked() -> None:
+    assert set(_tables()) == {
+        "App",
+        "@app.handler",
+        "Backpressure",
+        "Timeouts",
+        "MetricsServer",
+        "ExactlyOnce",
+        "Retry",
+        "Delay",
+        "Keywords replaced by policy objects",
+    }
+
+
+def test_the_example_runs() -> None:
+    example = re.search(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert example is not None
+    namespace: dict[str, Any] = {}
+    exec(example.group(1), namespace)
+    assert namespace["app"].settings.timeouts == Timeouts(commit_interval=0.5, shutdown=60)

@@ -153,12 +153,15 @@ class App:
         dead_letter_topic: str | None = None,
         deserializer: Callable[[bytes | None], Any] | Literal["json"] | None = None,
         timeout: float | None = None,
+        conflate: bool = False,
     ) -> Callable[[F], F]:
         """Register ``fn(event)`` (plain or ``async def``) for ``topic``.
 
         ``delay`` in seconds (or a :class:`Delay`): not before the record's timestamp plus it.
         ``deserializer="json"`` decodes the value into ``event.payload``; a value that does not
-        decode is dead-lettered at once with reason ``deserialize``.
+        decode is dead-lettered at once with reason ``deserialize``. ``conflate=True`` (key
+        ordering, for records that are full snapshots of their key): when several of a key's
+        records wait, only the newest runs and the older count as done.
         """
 
         def register(fn: F) -> F:
@@ -173,6 +176,7 @@ class App:
                     dead_letter_topic=dead_letter_topic,
                     deserializer=_deserializer(deserializer),
                     timeout=timeout,
+                    conflate=conflate,
                 )
             )
             return fn

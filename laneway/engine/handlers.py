@@ -77,6 +77,9 @@ class HandlerSpec:
             raise ConfigError("conflate", f"must be True or False, got {self.conflate!r}")
         if self.conflate and self.ordering != "key":
             raise ConfigError("conflate", f"needs ordering='key' (a lane per key), got {self.ordering!r}")
+        if self.conflate and self.delay is not None:
+            # a lane is due by its oldest record, and conflation would run its newest
+            raise ConfigError("conflate", "does not go with a delay")
         if not callable(self.fn):
             raise ConfigError("handler", f"{self.fn!r} is not callable")
 

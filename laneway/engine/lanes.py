@@ -291,7 +291,11 @@ class LaneTable:
 
     def _conflate(self, lane: Lane) -> None:
         """Mark done every event of ``lane`` but its newest (the lock is held, the lane is not
-        running): each is a snapshot its newer one replaces. Counted in :attr:`conflated`."""
+        running): each is a snapshot its newer one replaces. Counted in :attr:`conflated`.
+
+        A head that has failed an attempt stays: its retries, its dead letter or its halt
+        decide its fate, never a newer record of its key."""
+        keep = lane.popleft() if lane[0][0].attempt > 1 else None
         while len(lane) > 1:
             ev, state = lane.popleft()
             self.events_in_memory -= 1
@@ -299,6 +303,8 @@ class LaneTable:
             if not state.revoked:
                 state.tracker.done(ev.offset)
                 self.conflated += 1
+        if keep is not None:
+            lane.appendleft(keep)
 
     def finish(self, done: list[Head]) -> list[Lane]:
         """Mark these heads done (one lock for all); return their lanes that have more to run.

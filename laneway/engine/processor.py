@@ -89,6 +89,7 @@ class Processor:
         self._owner_locks: dict[int, threading.Lock] = {}
         self._timer = Timer(clock)
         self._parked = 0
+        self._park_lock = threading.Lock()
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )
@@ -110,6 +111,7 @@ class Processor:
             if self._started or self.closed:  # never a thread started after close
                 return
             self._started = True
+            self._timer.start()
             if self._apool is not None:
                 self._apool.start()
             self._monitor.start()
@@ -342,7 +344,7 @@ class Processor:
                 assert self._apool is not None
                 self._apool.put(chunks)
                 continue
-            if inline and spec.timeout is None and cost_model.inline_allowed(cost):
+            if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(cost):
                 chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
             self._pool.put(chunks)
 
@@ -362,10 +364,12 @@ class Processor:
         return left
 
     def _park(self, due: float, lane: Lane) -> None:
-        self._parked += 1
+        with self._park_lock:  # parks come from any thread, fires from the timer's
+            self._parked += 1
 
         def fire() -> None:
-            self._parked -= 1
+            with self._park_lock:
+                self._parked -= 1
             if not self.closed:
                 self._dispatch([lane])
 

@@ -27,6 +27,9 @@ class Timer:
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="laneway-timer", daemon=True)
+
+    def start(self) -> None:
+        """Start the timer thread (callbacks scheduled before run once it starts)."""
         self._thread.start()
 
     def __len__(self) -> int:
@@ -61,4 +64,5 @@ class Timer:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self._thread.join(5)
+        if self._thread.ident is not None:
+            self._thread.join(5)

@@ -817,3 +817,75 @@ def test_metadata_over_the_limit_commits_the_plain_position(
     finally:
         gate.set()
     assert proc.drain(10)
+
+
+def test_conflation_does_not_go_with_a_delay() -> None:
+    with pytest.raises(ConfigError) as info:
+        HandlerSpec(topic="t", fn=lambda ev: None, delay=Delay(seconds=1.0), conflate=True)
+    assert info.value.field == "conflate"
+
+
+def test_a_failed_head_of_a_conflating_lane_keeps_its_retries(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    calls: list[tuple[int, int]] = []
+    arrived = threading.Event()
+
+    def handle(ev: Event) -> None:
+        calls.append((ev.offset, ev.attempt))
+        if ev.offset == 0 and ev.attempt == 1:
+            arrived.wait(5)  # the newer records arrive while this attempt runs, then it fails
+            raise RuntimeError("flaky")
+
+    spec = HandlerSpec(
+        topic="t",
+        fn=handle,
+        conflate=True,
+        retry=Retry(max_attempts=3, initial_backoff=0.01, max_backoff=0.01),
+    )
+    proc, sink = make(spec, concurrency=2, partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b"v", size=1)])
+    wait_for(lambda: len(calls) == 1)
+    proc.submit([Event("t", 0, i, b"a", b"v", size=1) for i in (1, 2, 3)])
+    arrived.set()
+    assert proc.drain(5)
+    assert (0, 2) in calls  # the failed record ran again: its retry was not conflated away
+    assert calls[-1] == (3, 1)  # then the newest; 1 and 2 were conflated
+    assert sink.sent == []
+    assert proc.gauges()["conflated"] == 2
+    assert proc.final_positions() == {("t", 0): 4}
+
+
+def test_delayed_handlers_never_run_on_the_submitting_thread(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)  # cheap enough to run inline otherwise
+    ran_on: list[str] = []
+    spec = HandlerSpec(
+        topic="t", fn=lambda ev: ran_on.append(threading.current_thread().name), delay=Delay(seconds=0.001)
+    )
+    proc, _ = make(spec, concurrency=4, partitions=1)
+    old = int((time.time() - 10) * 1000)  # due long ago
+    for r in range(5):
+        proc.submit(
+            [Event("t", 0, r * 100 + i, f"k{i}".encode(), b"v", size=1, timestamp_ms=old) for i in range(100)]
+        )
+        assert proc.drain(5)
+    assert len(ran_on) == 500
+    assert threading.current_thread().name not in ran_on
+
+
+def test_no_thread_starts_before_start() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    proc = Processor(
+        {"t": HandlerSpec(topic="t", fn=lambda ev: None, timeout=1.0)},
+        concurrency=2,
+        dead_letters=FakeDeadLetters(),
+    )
+    try:
+        assert [t.name for t in threading.enumerate() if t.ident not in before] == []
+        proc.start()
+        started = {t.name for t in threading.enumerate() if t.ident not in before}
+        assert {"laneway-timer", "laneway-overrun", "laneway-watchdog"} <= started
+    finally:
+        proc.close()

@@ -18,6 +18,9 @@ bytes_in_memory                     gauge      their key and value bytes
 lanes                               gauge      key and partition lanes holding work
                                                (``unordered`` events have none)
 parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
+conflated_records                   gauge      records of ``conflate=True`` handlers counted as
+                                               done unrun since start (a newer one of their key
+                                               ran); only grows
 consumer_lag{topic,partition}       gauge      end offset minus the safe commit position, every
                                                5 s, per assigned partition once its consumer
                                                has fetched from it (an idle partition the
@@ -127,6 +130,9 @@ class PrometheusMetrics(SourceMetrics):
         self.bytes = Gauge("laneway_bytes_in_memory", "bytes held", registry=r)
         self.lanes = Gauge("laneway_lanes", "lanes with work", registry=r)
         self.parked = Gauge("laneway_parked_lanes", "lanes waiting on a delay or backoff", registry=r)
+        self.conflated = Gauge(
+            "laneway_conflated_records", "records conflated away since start (a newer one ran)", registry=r
+        )
         self.consumer_lag = Gauge("laneway_consumer_lag", "lag", ["topic", "partition"], registry=r)
         self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
         self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
@@ -159,6 +165,7 @@ class PrometheusMetrics(SourceMetrics):
         self.bytes.set_function(lambda: gauges()["bytes_in_memory"])
         self.lanes.set_function(lambda: gauges()["lanes"])
         self.parked.set_function(lambda: gauges()["parked"])
+        self.conflated.set_function(lambda: gauges()["conflated"])
 
     # consumer hooks
     def rebalance(self, kind: str, partitions: int) -> None:

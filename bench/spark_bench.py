@@ -943,6 +943,14 @@ def _sweep_main(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["sweep"]:
         return _sweep_main(argv[1:])
+    if len(argv) != 2 or argv[0].startswith("-"):
+        print(
+            "usage: python -m bench.spark_bench sweep RECORDS/ENTITIES/PER_TRIGGER ... [options]\n"
+            "       (python -m bench.spark_bench sweep --help lists the options; the harness runs\n"
+            "       one contender as: python -m bench.spark_bench SPEC.json RESULT.json)",
+            file=sys.stderr,
+        )
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     spec_path, result_path = argv
     spec = json.loads(Path(spec_path).read_text())
     try:

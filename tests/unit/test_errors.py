@@ -121,3 +121,43 @@ def test_pending_entries_are_still_pending() -> None:
     gone = sorted(name for name in _PENDING if name not in classes)
     assert done == [], "now a LanewayError: remove it from _PENDING in this file"
     assert gone == [], "no longer defined there: remove it from _PENDING in this file"
+
+
+_LINE = re.compile(
+    r"(?P<name>[A-Z]\w*)\s+(?:(?P<module>laneway(?:\.\w+)+):)?.*?(?:\[(?P<also>[\w, ]+)\])?\s*$"
+)
+
+
+def test_the_drawing_names_each_family_s_module_and_its_second_bases() -> None:
+    """A line names the module that defines its class (else its parent's module, the root's being
+    laneway.errors), and its bracketed second bases are the class's bases outside the tree."""
+    parents = _drawn_tree()
+    doc = (laneway.errors.__doc__ or "").splitlines()
+    module_of: dict[str, str] = {"LanewayError": "laneway.errors"}
+    also: dict[str, set[str]] = {}
+    for line in doc:
+        body = line[4:].lstrip(" │├└─")
+        match = _LINE.match(body)
+        if not line.startswith("    ") or match is None or match.group("name") not in parents:
+            continue
+        name = match.group("name")
+        parent = parents[name]
+        module_of[name] = match.group("module") or (module_of[parent] if parent else "laneway.errors")
+        also[name] = {b.strip() for b in (match.group("also") or "").split(",") if b.strip()}
+    classes = {cls.__name__: cls for cls in _exception_classes().values() if issubclass(cls, LanewayError)}
+    wrong_module = sorted(
+        f"{n}: drawn in {module_of[n]}, defined in {cls.__module__}"
+        for n, cls in classes.items()
+        if n in module_of and module_of[n] != cls.__module__
+    )
+
+    def outside(cls: type[BaseException]) -> set[str]:
+        return {b.__name__ for b in cls.__bases__ if not issubclass(b, LanewayError)}
+
+    wrong_bases = sorted(
+        f"{n}: drawn with {sorted(also[n])}, other bases {sorted(outside(cls))}"
+        for n, cls in classes.items()
+        if cls is not LanewayError and n in also and also[n] != outside(cls)
+    )
+    print("\n".join([*wrong_module, *wrong_bases]))
+    assert wrong_module == [] and wrong_bases == []

@@ -40,6 +40,8 @@ def floor_of(module: str) -> str:
     """The floor of a laneway module (``laneway.kafka.admin`` -> ``kafka``)."""
     parts = module.split(".")
     assert parts[0] == "laneway", module
+    if len(parts) == 2 and not (ROOT / parts[1]).is_dir() and not (ROOT / f"{parts[1]}.py").is_file():
+        return "app"  # a name the package's __init__ exports (from laneway import App)
     if len(parts) == 1 or parts[1] in ("app", "settings"):
         return "app"  # the package's __init__ exports the app's names
     if parts[1] == "demo":
@@ -71,6 +73,18 @@ def imports_of(path: Path, name: str | None = None) -> list[str]:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             found += [f"{base}.{alias.name}" if alias.name != "*" else base for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.startswith("laneway")
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+            )
+        ):
+            found.append(node.args[0].value)  # importlib.import_module("laneway....")
     return found
 
 
@@ -142,3 +156,14 @@ def test_lazy_and_relative_imports_count(tmp_path: Path) -> None:
     ]
     assert floor_of("laneway") == "app" and floor_of("laneway.demo") == "ops"
     assert _module_part("laneway.ops.bootstrap.Bootstrap") == "laneway.ops.bootstrap"
+
+
+def test_imports_written_as_strings_and_package_names_are_seen(tmp_path: Path) -> None:
+    module = tmp_path / "probe.py"
+    module.write_text(
+        "import importlib\nfrom laneway import App\n"
+        "def f():\n    return importlib.import_module('laneway.ops.cli')\n"
+    )
+    found = imports_of(module, "laneway.engine.probe")
+    assert "laneway.ops.cli" in found and "laneway.App" in found
+    assert floor_of("laneway.App") == "app"

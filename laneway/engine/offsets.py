@@ -72,6 +72,15 @@ class OffsetTracker:
         else:
             self._done.add(offset)
 
+    def lowest(self) -> int | None:
+        """The lowest offset not known to be finished (None when none is pending); without the
+        lock it may be stale, never wrong about an offset that is still unfinished."""
+        pending = self._pending
+        try:
+            return pending[0]
+        except IndexError:
+            return None
+
     def finished_beyond(self) -> list[int]:
         """The finished offsets after the position (the lowest unfinished one), in no order."""
         pending, done = self._pending, self._done

@@ -64,6 +64,29 @@ class Engine(Protocol):
     def halt(self, error: BaseException) -> None: ...
 
 
+def keep_committing(lanes: list[Lane], put: Callable[[list[Lane]], None]) -> list[Lane]:
+    """Of lanes with more to run while other chunks wait: one whose head holds its partition's
+    commit position (its lowest unfinished offset) keeps this worker; the others go to the back
+    of the line (``put``). So the commit position follows the partition's progress instead of
+    waiting for the deepest key's turns, and a hot key still gets one worker, never more: a
+    lane runs one event at a time. Read without the lock: a stale answer costs a turn, no more.
+
+    Only small chunks are searched (a slow handler's, where a turn in line is long): a cheap
+    handler's chunk of hundreds of lanes comes round again within a chunk budget anyway."""
+    if len(lanes) > 8:
+        put(lanes)
+        return []
+    for i, lane in enumerate(lanes):
+        ev, state = lane[0]
+        if ev.offset == state.tracker.lowest():
+            rest = lanes[:i] + lanes[i + 1 :]
+            if rest:
+                put(rest)
+            return [lane]
+    put(lanes)
+    return []
+
+
 class ChunkRun:
     """One worker's turn through a chunk's heads (a chunk is of one topic).
 
@@ -205,9 +228,11 @@ class ThreadPool:
                     if not more:
                         break
                     if not ready.empty():
-                        # others wait for a worker: this chunk's next turn is at the back of the line
-                        ready.put(more)
-                        break
+                        # others wait for a worker: this chunk's next turn is at the back of the
+                        # line, but for a lane whose head holds its partition's commit position
+                        more = keep_committing(more, ready.put)
+                        if not more:
+                            break
                     chunk = more
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 engine.halt(exc)
@@ -363,8 +388,9 @@ class AsyncPool:
                 if self.aturns == turn:
                     await asyncio.sleep(0)
                 if not aready.empty():
-                    aready.put_nowait(more)
-                    break
+                    more = keep_committing(more, aready.put_nowait)
+                    if not more:
+                        break
                 chunk = more
 
     async def run_chunk(self, chunk: list[Lane]) -> list[Lane]:

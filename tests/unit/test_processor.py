@@ -889,3 +889,40 @@ def test_no_thread_starts_before_start() -> None:
         assert {"laneway-timer", "laneway-overrun", "laneway-watchdog"} <= started
     finally:
         proc.close()
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_the_lane_holding_the_commit_position_keeps_its_worker(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], kind: str
+) -> None:
+    """A hot key with a deep queue holds its partition's position. While 300 other keys wait for
+    the workers, it keeps running instead of waiting a full turn of the line per record, so the
+    position follows the partition's progress."""
+    done: list[bytes | None] = []
+    hot_done_when_others_finished: list[int] = []
+    others = 300
+
+    def note(ev: Event) -> None:
+        done.append(ev.key)
+        if ev.key != b"hot" and len(done) - done.count(b"hot") == others:
+            hot_done_when_others_finished.append(done.count(b"hot"))
+
+    def handle(ev: Event) -> None:
+        time.sleep(0.001)
+        note(ev)
+
+    async def ahandle(ev: Event) -> None:
+        await asyncio.sleep(0.001)
+        note(ev)
+
+    spec = HandlerSpec(topic="t", fn=handle if kind == "plain" else ahandle)
+    proc, _ = make(spec, concurrency=4, partitions=1)
+    # the hot key first and deepest: 200 records, then one record each of 300 other keys
+    evs = [Event("t", 0, i, b"hot", b"v", size=1) for i in range(200)]
+    evs += [Event("t", 0, 200 + i, f"k{i}".encode(), b"v", size=1) for i in range(others)]
+    proc.submit(evs)
+    assert proc.drain(20)
+    assert done.count(b"hot") == 200 and len(done) == 500
+    # the other keys took ~300 / 3 workers x 1 ms: the hot lane ran all along on the fourth
+    # (going to the back of the line each time, it would have done a few records by then)
+    assert hot_done_when_others_finished[0] >= 40

@@ -79,8 +79,17 @@ class _BatchWriter:
         self.local = _local(settings.warehouse) and _local(settings.checkpoint)
         # entities has deletion vectors enabled (ensure_tables): each batch chooses whether to write them
         self.deletion_vectors = settings.deletion_vectors
+        #: a batch is being applied (set and cleared on the query's thread; a stop waits for it)
+        self.in_batch = False
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.in_batch = True
+        try:
+            self._call(df, batch_id)
+        finally:
+            self.in_batch = False
+
+    def _call(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 

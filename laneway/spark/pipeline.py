@@ -27,7 +27,9 @@ The settings and triggers are in ``laneway.spark.settings``, the tables' creatio
 from __future__ import annotations
 
 import logging
+import signal
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from laneway.errors import LanewayError
@@ -114,6 +116,48 @@ def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWrite
             spark.conf.set(_CHECKPOINT_FILE_MANAGER, before)
 
 
+class _StopSignals:
+    """SIGINT and SIGTERM ask the run to stop, on the main thread, while it runs.
+
+    pyspark's own SIGINT handler cancels every job over py4j while the main thread waits in
+    ``awaitTermination``: that call fails as re-entrant, and the query dies with a py4j
+    traceback. These handlers only note the signal; the run's loop stops the query once the
+    batch in progress has finished. Off the main thread (no handlers can be set) they do nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._before[signum] = signal.signal(signum, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            logger.info("%s: stopping once the batch in progress has landed", signal.Signals(signum).name)
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+
+
+def _stop_between_batches(query: Any, writer: _BatchWriter, wait: float = 600.0) -> None:
+    """Stop the query once no batch is in progress (for up to ``wait`` seconds): a batch stopped
+    half-way has committed some tables and not others until a later run replays it. A run that
+    falls behind its trigger starts each batch as the last one ends: then the stop may still
+    land in one (docs/guarantees.md says what readers see meanwhile)."""
+    deadline = time.monotonic() + wait
+    while query.isActive and time.monotonic() < deadline:
+        if not writer.in_batch and not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
+
+
 def run_pipeline(
     settings: PipelineSettings,
     spark: SparkSession | None = None,
@@ -125,8 +169,9 @@ def run_pipeline(
     """Run the pipeline until it is done (available-now) or stopped, and report what it did.
 
     With ``spark=None`` a session is built on ``settings.master`` and stopped at the end.
-    A processing-time run stops after ``stop_after_batches`` batches of this run, when
-    ``stop_event`` is set, or on KeyboardInterrupt (re-raised after a clean stop).
+    A processing-time run stops after ``stop_after_batches`` batches of this run, or when
+    ``stop_event`` is set. On the main thread, SIGTERM stops it the same way, and SIGINT too,
+    then raises KeyboardInterrupt; a stop lets the batch in progress land first.
     Raises ``PipelineError`` when the streaming query fails.
     """
     own = spark is None
@@ -151,20 +196,24 @@ def run_pipeline(
         logger.info(
             "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
         )
-        try:
-            while not query.awaitTermination(0.5):
-                done = stop_after_batches is not None and len(writer.reports) >= stop_after_batches
-                if done or (stop_event is not None and stop_event.is_set()):
-                    query.stop()
-                    break
-        except KeyboardInterrupt:
-            query.stop()
-            raise
-        except Exception as exc:
-            raise PipelineError(_explain(exc, settings)) from exc
+        with _StopSignals() as signals:
+            try:
+                while not query.awaitTermination(0.5):
+                    done = stop_after_batches is not None and len(writer.reports) >= stop_after_batches
+                    asked = signals.received is not None or (stop_event is not None and stop_event.is_set())
+                    if done or asked:
+                        _stop_between_batches(query, writer)
+                        break
+            except KeyboardInterrupt:
+                _stop_between_batches(query, writer)
+                raise
+            except Exception as exc:
+                raise PipelineError(_explain(exc, settings)) from exc
         failure = query.exception()
         if failure is not None:
             raise PipelineError(_explain(failure, settings))
+        if signals.received == signal.SIGINT:
+            raise KeyboardInterrupt
     finally:
         if own:
             session.stop()

@@ -50,6 +50,13 @@ def run(
         str, typer.Option(help="earliest, latest or JSON; used by a new checkpoint only")
     ] = "earliest",
     compact_every: Annotated[int, typer.Option(help="OPTIMIZE the tables every N batches; 0: never")] = 50,
+    progress_group: Annotated[
+        str,
+        typer.Option(
+            help="a Kafka consumer group each landed batch's end offsets are committed to, for lag "
+            "tools (laneway lag GROUP); '' for none"
+        ),
+    ] = "laneway-pipeline",
     deletion_vectors: Annotated[
         bool,
         typer.Option(
@@ -91,6 +98,7 @@ def run(
             compact_every=compact_every,
             deletion_vectors=deletion_vectors,
             spark_conf=spark_conf,
+            progress_group=progress_group or None,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from exc

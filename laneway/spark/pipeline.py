@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from laneway.errors import LanewayError
 from laneway.spark.batch import _BatchWriter
 from laneway.spark.metrics import PipelineMetrics, PipelineResult, _default_metrics
+from laneway.spark.progress import GroupProgress, end_offsets
 from laneway.spark.session import SessionSettings, build_session
 from laneway.spark.settings import (
     _CHECKPOINT_FILE_MANAGER,
@@ -196,9 +197,22 @@ def run_pipeline(
         logger.info(
             "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
         )
+        progress = (
+            GroupProgress(settings.bootstrap, settings.progress_group, settings.topic)
+            if settings.progress_group
+            else None
+        )
+
+        def report_progress() -> None:
+            if progress is not None:
+                offsets = end_offsets(query.lastProgress, settings.topic)
+                if offsets:
+                    progress.commit(offsets)
+
         with _StopSignals() as signals:
             try:
                 while not query.awaitTermination(0.5):
+                    report_progress()
                     done = stop_after_batches is not None and len(writer.reports) >= stop_after_batches
                     asked = signals.received is not None or (stop_event is not None and stop_event.is_set())
                     if done or asked:
@@ -212,6 +226,9 @@ def run_pipeline(
         failure = query.exception()
         if failure is not None:
             raise PipelineError(_explain(failure, settings))
+        report_progress()  # the last batches, landed since the last look
+        if progress is not None:
+            progress.close()
         if signals.received == signal.SIGINT:
             raise KeyboardInterrupt
     finally:

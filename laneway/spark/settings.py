@@ -96,6 +96,9 @@ class PipelineSettings:
     * ``source_options``: passed verbatim to Spark's Kafka source
       (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...), over ``SOURCE_DEFAULTS``.
     * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
+    * ``progress_group``: a Kafka consumer group the run commits each landed batch's end
+      offsets to, so Kafka's lag tools show the pipeline's lag (``laneway lag
+      laneway-pipeline``); None for none. Spark's checkpoint stays the source of truth.
     """
 
     bootstrap: str
@@ -110,6 +113,7 @@ class PipelineSettings:
     deletion_vectors: bool = False
     source_options: Mapping[str, str] = field(default_factory=dict)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    progress_group: str | None = "laneway-pipeline"
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -124,6 +128,8 @@ class PipelineSettings:
                 )
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             errors.append(f"max_offsets_per_trigger: must be >= 1, got {self.max_offsets_per_trigger}")
+        if self.progress_group is not None and not self.progress_group.strip():
+            errors.append("progress_group: a group name, or None for none")
         if self.compact_every < 0:
             errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
         offsets = self.starting_offsets.strip()

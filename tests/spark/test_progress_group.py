@@ -1,0 +1,54 @@
+"""The pipeline's progress in a Kafka consumer group: lag tools see the Spark stage."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from laneway.kafka.groups import group_lag
+from laneway.spark.pipeline import run_pipeline
+from laneway.spark.progress import end_offsets
+from tests.spark.conftest import delete_topic, new_topic, settings_under
+from tests.spark.entities import catalog_stream, produce
+
+
+def test_the_group_s_lag_is_zero_after_a_run_and_grows_while_it_is_stopped(
+    spark: Any, kafka_bootstrap: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_admin, partitions=2)
+    group = f"pipeline-{uuid.uuid4().hex[:8]}"
+    try:
+        produce(kafka_bootstrap, topic, catalog_stream(seed=3), [])
+        settings = settings_under(
+            tmp_path,
+            kafka_bootstrap,
+            topic,
+            max_offsets_per_trigger=40,
+            compact_every=0,
+            progress_group=group,
+        )
+        result = run_pipeline(settings, spark)
+        assert len(result.batches) > 1
+        lag = group_lag(kafka_admin, kafka_bootstrap, group)
+        assert {p.partition for p in lag.partitions} == {0, 1}
+        assert lag.total == 0 and all(p.committed == p.end > 0 for p in lag.partitions)
+
+        more = catalog_stream(seed=4)
+        produce(kafka_bootstrap, topic, more, [])  # arrive while the pipeline is stopped
+        assert group_lag(kafka_admin, kafka_bootstrap, group).total == len(more)
+
+        run_pipeline(settings, spark)  # from its checkpoint: the group follows
+        assert group_lag(kafka_admin, kafka_bootstrap, group).total == 0
+    finally:
+        delete_topic(kafka_admin, topic)
+
+
+def test_end_offsets_are_read_from_a_progress_report() -> None:
+    report = {"sources": [{"endOffset": '{"t": {"0": 12, "1": 7}}'}]}
+    assert end_offsets(report, "t") == {0: 12, 1: 7}
+    assert end_offsets(report, "other") is None
+    assert end_offsets(None, "t") is None
+    assert end_offsets({"sources": [{"endOffset": "not json"}]}, "t") is None

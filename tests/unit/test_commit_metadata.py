@@ -166,3 +166,24 @@ def test_the_environment_switch_turns_the_metadata_off(monkeypatch: pytest.Monke
     assert metadata_limit() == commit_module.MAX_METADATA == 4096
     monkeypatch.setenv("LANEWAY_COMMIT_METADATA", "0")
     assert metadata_limit() == 0
+
+
+def test_laneway_lag_shows_the_records_finished_beyond_each_position() -> None:
+    from rich.console import Console
+
+    from laneway.kafka.groups import GroupLag, PartitionLag
+    from laneway.ops.groups_cli import _lag_json, _lag_table
+
+    lag = GroupLag(
+        "g",
+        "stable",
+        1,
+        (PartitionLag("t", 0, 0, 2000, 2000, finished_beyond=1990), PartitionLag("t", 1, 5, 5, 0)),
+        0.0,
+    )
+    rows = _lag_json(lag)["partitions"]
+    assert [r["finished_beyond"] for r in rows] == [1990, None]
+    console = Console(width=200, record=True)
+    console.print(_lag_table(lag))
+    text = console.export_text()
+    assert "finished beyond" in text and "1990" in text

@@ -55,9 +55,10 @@ def encode(position: int, finished: Iterable[int]) -> str:
     return VERSION + min(as_runs, as_bitmap, key=len)
 
 
-def decode(position: int, text: str) -> set[int]:
+def decode(position: int, text: str, limit: int | None = None) -> set[int]:
     """The finished offsets ``text`` encodes for ``position``; ValueError when it is not one
-    of this module's encodings."""
+    of this module's encodings, or when it names more than ``limit`` offsets (a few characters
+    of runs can name billions: the reader bounds its memory)."""
     if not text.startswith(VERSION) or len(text) < len(VERSION) + 1:
         raise ValueError(f"not a Laneway gap encoding: {text[:40]!r}")
     form, body = text[len(VERSION)], text[len(VERSION) + 1 :]
@@ -71,6 +72,8 @@ def decode(position: int, text: str) -> set[int]:
             start, n = end + int(gap, 16), int(length, 16)
             if n < 1 or int(gap, 16) < 0:
                 raise ValueError(f"an empty or negative run: {item!r}")
+            if limit is not None and len(out) + n > limit:
+                raise ValueError(f"more than {limit} offsets")
             out.update(range(position + 1 + start, position + 1 + start + n))
             end = start + n
         return out
@@ -78,6 +81,8 @@ def decode(position: int, text: str) -> set[int]:
         if not _BASE64URL.fullmatch(body) or len(body) % 4 == 1:
             raise ValueError(f"a bitmap that is not base64url: {body[:40]!r}")
         bits = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        if limit is not None and sum(b.bit_count() for b in bits) > limit:
+            raise ValueError(f"more than {limit} offsets")
         for i, byte in enumerate(bits):
             while byte:
                 low = byte & -byte

@@ -21,7 +21,13 @@ from laneway.engine import gaps
 from laneway.engine.events import Output, TopicPartition
 from laneway.engine.offsets import OffsetTracker
 
-__all__ = ["Ledger", "PartitionState"]
+__all__ = ["NEAR_LIMIT", "Commits", "Ledger", "PartitionState"]
+
+#: per partition: the commit position, and the finished offsets beyond it as commit metadata
+#: (:mod:`~laneway.engine.gaps`; None: the plain position)
+Commits = dict[TopicPartition, tuple[int, str | None]]
+#: the share of the metadata limit past which a partition is near it (:meth:`Ledger.near_limit`)
+NEAR_LIMIT = 0.75
 
 
 @dataclass(eq=False)
@@ -39,19 +45,28 @@ class PartitionState:
     #: they come again they are marked done unrun, and counted in ``skipped``
     skip: set[int] = field(default_factory=set)
     skipped: int = 0
-    #: what the last :meth:`Ledger.commits` returned: (position, finished beyond it)
-    committed: tuple[int, int] | None = None
+    #: what the last commit carried: (position, finished beyond it, the outputs' cutoff)
+    committed: tuple[int, int, int] | None = None
+    #: whether the last commit's metadata passed :data:`NEAR_LIMIT` of the limit
+    near_limit: bool = False
 
 
 class Ledger:
     """The assigned partitions' states, and the revoked ones whose outputs are not taken yet."""
 
-    __slots__ = ("retired", "states")
+    __slots__ = ("retired", "skipped_before", "states")
 
     def __init__(self) -> None:
         self.states: dict[TopicPartition, PartitionState] = {}
         #: revoked partitions with outputs below their last commit position, not yet produced
         self.retired: dict[TopicPartition, PartitionState] = {}
+        #: records skipped (see :attr:`PartitionState.skip`) by states no longer assigned
+        self.skipped_before = 0
+
+    def skipped(self) -> int:
+        """Records skipped since start: finished before a restart, read from commit metadata.
+        Safe without the lock too (for a gauge): it reads a copy of the states."""
+        return self.skipped_before + sum(s.skipped for s in list(self.states.values()))
 
     def assign(
         self,
@@ -66,32 +81,85 @@ class Ledger:
             old = self.states.get(tp)
             if old is not None:
                 old.revoked = True
+                self.skipped_before += old.skipped
             state = self.states[tp] = PartitionState(tp, owner=owner)
             if finished and tp in finished:
                 state.skip = set(finished[tp])
 
-    def commits(self, owner: object, max_metadata: int) -> dict[TopicPartition, tuple[int, str | None]]:
+    def commits(self, owner: object, max_metadata: int) -> Commits:
         """Per partition of ``owner`` whose position or finished offsets beyond it changed since
         the last call: the position, and the finished offsets beyond it encoded for the commit's
         metadata (:mod:`~laneway.engine.gaps`); None when there are none, or when the text would
         pass ``max_metadata`` characters (the broker's ``offset.metadata.max.bytes``): then the
-        plain position is committed, never a commit the broker refuses."""
-        out: dict[TopicPartition, tuple[int, str | None]] = {}
+        plain position is committed, never a commit the broker refuses. ``max_metadata`` 0: no
+        metadata at all."""
+        out: Commits = {}
         for tp, state in self.states.items():
-            if state.owner is not owner:
-                continue
-            tracker = state.tracker
-            pos = tracker.position()
-            if pos is None:
-                continue
-            beyond = tracker.finished_beyond()
-            mark = (pos, len(beyond))
-            if mark == state.committed:
-                continue
-            state.committed = mark
-            text = gaps.encode(pos, beyond) if beyond else None
-            out[tp] = (pos, text if text is None or len(text) <= max_metadata else None)
+            if state.owner is owner:
+                commit = self._commit_of(state, max_metadata, changed_only=True)
+                if commit is not None:
+                    out[tp] = commit
         return out
+
+    def commits_of(self, states: Iterable[PartitionState], max_metadata: int) -> Commits:
+        """What :meth:`commits` gives, for each of ``states`` that has a position, changed or not."""
+        out: Commits = {}
+        for state in states:
+            commit = self._commit_of(state, max_metadata, changed_only=False)
+            if commit is not None:
+                out[state.tp] = commit
+        return out
+
+    def final_commits(
+        self, tps: Iterable[TopicPartition] | None, owner: object, max_metadata: int
+    ) -> Commits:
+        """:meth:`final_positions` with the metadata of each (see :meth:`commits`)."""
+        return self.commits_of(self._chosen(tps, owner), max_metadata)
+
+    def near_limit(self, owner: object) -> set[TopicPartition]:
+        """``owner``'s partitions whose last commit's metadata passed :data:`NEAR_LIMIT` of the
+        limit: the source stops fetching them until their gap closes."""
+        return {tp for tp, s in self.states.items() if s.near_limit and s.owner is owner}
+
+    @staticmethod
+    def _commit_of(
+        state: PartitionState, max_metadata: int, *, changed_only: bool
+    ) -> tuple[int, str | None] | None:
+        """The partition's position and metadata; None without a position (or, with
+        ``changed_only``, when neither changed since the last commit).
+
+        The metadata names the finished offsets beyond the position, and those still to come
+        that the previous owner had finished (:attr:`PartitionState.skip`). It stops before
+        the lowest finished offset whose outputs wait for the position to pass it: those are
+        produced in offset order, so that record and every later one of the partition run
+        again after a restart, and each key still redoes a suffix of its records."""
+        tracker = state.tracker
+        pos = tracker.position()
+        if pos is None:
+            return None
+        if max_metadata <= 0:
+            state.near_limit = False
+            mark = (pos, 0, 0)
+            if changed_only and mark == state.committed:
+                return None
+            state.committed = mark
+            return pos, None
+        beyond = tracker.finished_beyond()
+        if state.skip:
+            beyond.extend(o for o in state.skip if o > tracker.highest and o > pos)
+        cutoff = min((o for o, _ in state.outputs if o > pos), default=-1)
+        if cutoff >= 0:
+            beyond = [o for o in beyond if o < cutoff]
+        mark = (pos, len(beyond), cutoff)
+        if changed_only and mark == state.committed:
+            return None
+        state.committed = mark
+        if not beyond:
+            state.near_limit = False
+            return pos, None
+        text = gaps.encode(pos, beyond)
+        state.near_limit = len(text) > NEAR_LIMIT * max_metadata
+        return pos, text if len(text) <= max_metadata else None
 
     def owned(self, tp: TopicPartition, owner: object) -> PartitionState | None:
         state = self.states.get(tp)
@@ -122,6 +190,7 @@ class Ledger:
         for s in revoking:
             del self.states[s.tp]
             s.revoked = True
+            self.skipped_before += s.skipped
             if s.outputs:
                 self.retired[s.tp] = s
         return revoking
@@ -134,11 +203,13 @@ class Ledger:
     def final_positions(
         self, tps: Iterable[TopicPartition] | None, owner: object
     ) -> dict[TopicPartition, int]:
+        return self.positions_of(self._chosen(tps, owner))
+
+    def _chosen(self, tps: Iterable[TopicPartition] | None, owner: object) -> list[PartitionState]:
+        """Every state (``tps`` None), or those of ``tps`` assigned to ``owner``."""
         if tps is None:
-            states = list(self.states.values())
-        else:
-            states = [s for tp in tps if (s := self.owned(tp, owner)) is not None]
-        return self.positions_of(states)
+            return list(self.states.values())
+        return [s for tp in tps if (s := self.owned(tp, owner)) is not None]
 
     def take_outputs(self, positions: Mapping[TopicPartition, int]) -> list[Output]:
         """Remove and return, in offset order, what finished events below ``positions`` emitted."""

@@ -34,7 +34,7 @@ from laneway.engine.lanes import Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
 from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
-from laneway.engine.partitions import Ledger, PartitionState
+from laneway.engine.partitions import Commits, Ledger, PartitionState
 from laneway.engine.timer import Timer
 from laneway.engine.workers import AsyncPool, EventLoop, ThreadPool, loop_factory
 from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed
@@ -151,18 +151,24 @@ class Processor:
         with self._lock:
             self._ledger.assign(tps, owner, finished)
 
-    def commits(
-        self, owner: object = None, max_metadata: int = 4096
-    ) -> dict[TopicPartition, tuple[int, str | None]]:
+    def commits(self, owner: object = None, max_metadata: int = 4096) -> Commits:
         """:meth:`positions` with the finished offsets beyond each as commit metadata, for the
-        partitions whose position or finished offsets changed (see :meth:`Ledger.commits`)."""
+        partitions whose position or finished offsets changed (see :meth:`Ledger.commits`;
+        ``max_metadata`` 0: plain positions)."""
         with self._lock:
             return self._ledger.commits(owner, max_metadata)
+
+    def near_metadata_limit(self, owner: object = None) -> set[TopicPartition]:
+        """``owner``'s partitions whose last commit metadata passed 3/4 of its limit: fetching
+        them further would only widen the gap the metadata must describe, so the source pauses
+        them until the position moves (:meth:`Ledger.near_limit`)."""
+        with self._lock:
+            return self._ledger.near_limit(owner)
 
     def skipped(self) -> int:
         """Records skipped since start: finished before a restart, read from commit metadata."""
         with self._lock:
-            return sum(s.skipped for s in self._ledger.states.values())
+            return self._ledger.skipped()
 
     def submit(self, events: Iterable[Event], owner: object = None) -> int:
         """Queue events (in partition order); returns how many were accepted. Events of
@@ -218,6 +224,12 @@ class Processor:
         """Stop ``owner``'s work on ``tps``: drop their queued events, wait up to ``timeout`` for
         the running ones, and return the positions that are safe to commit for them. A partition
         assigned to another owner since is not touched."""
+        return {tp: pos for tp, (pos, _) in self.revoke_commits(tps, timeout, owner, 0).items()}
+
+    def revoke_commits(
+        self, tps: Iterable[TopicPartition], timeout: float, owner: object = None, max_metadata: int = 4096
+    ) -> Commits:
+        """:meth:`revoke`, with each position's commit metadata (see :meth:`commits`)."""
         deadline = time.monotonic() + timeout
         table = self.table
         with self._lock:
@@ -236,7 +248,7 @@ class Processor:
                     table.changed.wait(left)
             finally:
                 table.waiters -= 1
-            return self._ledger.positions_of(revoking)
+            return self._ledger.commits_of(revoking, max_metadata)
 
     def take_outputs(self, positions: Mapping[TopicPartition, int]) -> list[Output]:
         """Remove and return, in offset order, what finished events below ``positions`` emitted."""
@@ -265,6 +277,13 @@ class Processor:
         with self._lock:
             return self._ledger.final_positions(tps, owner)
 
+    def final_commits(
+        self, tps: Iterable[TopicPartition] | None = None, owner: object = None, max_metadata: int = 4096
+    ) -> Commits:
+        """:meth:`final_positions` with each position's commit metadata (see :meth:`commits`)."""
+        with self._lock:
+            return self._ledger.final_commits(tps, owner, max_metadata)
+
     def alive(self) -> str | None:
         """None while every worker is running, else what stopped."""
         if self.closed:
@@ -284,6 +303,7 @@ class Processor:
             "lanes": len(self.table.lanes),
             "parked": self._parked,
             "conflated": self.table.conflated,
+            "skipped": self._ledger.skipped(),
         }
 
     def close(self, timeout: float = 10.0) -> None:

@@ -9,6 +9,12 @@ Two committers share one shape (:class:`Committer`), one per delivery guarantee:
   one Kafka transaction. Any failure raises :class:`OutputError`: the app halts, nothing past
   the last committed transaction is visible, so a restart redoes the work exactly once.
 
+Each commit carries, as its metadata, the partition's finished offsets beyond the position
+(:mod:`laneway.engine.gaps`); :func:`read_finished` reads them back on assignment, so a new
+owner skips them. The broker refuses metadata over ``offset.metadata.max.bytes`` (4 KB by
+default): Laneway assumes the default (:data:`MAX_METADATA`) and commits the plain position
+past it.
+
 Every call comes from the consumer's own thread (its loop, its rebalance callbacks and the
 ``on_commit`` callback its ``poll`` serves): a committer needs no lock.
 """
@@ -16,12 +22,14 @@ Every call comes from the consumer's own thread (its loop, its rebalance callbac
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from laneway.engine import gaps
 from laneway.engine.events import Output
 from laneway.engine.policies import ExactlyOnce
 from laneway.engine.processor import Processor
@@ -37,13 +45,64 @@ __all__ = [
     "OutputError",
     "TransactionalCommitter",
     "make_committer",
+    "metadata_limit",
+    "read_finished",
 ]
 
 logger = logging.getLogger(__name__)
 #: librdkafka's lines of the outputs' producer (laneway.kafka.logs: an outage's flood held back)
 _PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
 
-Positions = dict[tuple[str, int], int]
+#: per partition: the position to commit and its metadata (None: the plain position)
+Commits = dict[tuple[str, int], tuple[int, str | None]]
+
+#: the broker's default ``offset.metadata.max.bytes``: Laneway does not read the broker's
+#: setting, so a broker configured below it refuses commits with long metadata
+MAX_METADATA = 4096
+#: the most finished offsets read back for one partition (a few characters of runs can name
+#: billions): metadata naming more is ignored, with a warning
+MAX_SKIP = 1_000_000
+
+
+def metadata_limit() -> int:
+    """The metadata limit commits use: :data:`MAX_METADATA`, or 0 (no metadata written or read)
+    with the environment variable ``LANEWAY_COMMIT_METADATA=0`` (a switch for tests)."""
+    return 0 if os.environ.get("LANEWAY_COMMIT_METADATA", "1") == "0" else MAX_METADATA
+
+
+def _offsets(commits: Commits) -> list[TopicPartition]:
+    return [
+        TopicPartition(t, p, o, metadata=m) if m else TopicPartition(t, p, o)
+        for (t, p), (o, m) in commits.items()
+    ]
+
+
+def read_finished(
+    consumer: Consumer, parts: list[TopicPartition], timeout: float = 10.0
+) -> dict[tuple[str, int], tuple[int, set[int]]]:
+    """Per partition of ``parts`` whose group commit carries Laneway's metadata: the committed
+    position and the finished offsets beyond it. Metadata Laneway did not write, or cannot
+    parse, is ignored with a warning; a failed read gives nothing (everything past the
+    positions runs again, as without metadata)."""
+    try:
+        got = consumer.committed([TopicPartition(p.topic, p.partition) for p in parts], timeout=timeout)
+    except KafkaException as exc:
+        logger.warning("could not read the committed offsets' metadata: %s; nothing is skipped", exc)
+        return {}
+    out: dict[tuple[str, int], tuple[int, set[int]]] = {}
+    for tp in got:
+        meta = tp.metadata
+        if not meta or tp.error is not None or tp.offset < 0:
+            continue
+        where = f"{tp.topic}[{tp.partition}]@{tp.offset}"
+        if not meta.startswith(gaps.VERSION):
+            logger.warning("%s: commit metadata not written by Laneway ignored: %.40r", where, meta)
+            continue
+        try:
+            out[(tp.topic, tp.partition)] = (tp.offset, gaps.decode(tp.offset, meta, MAX_SKIP))
+        except ValueError as exc:
+            logger.warning("%s: commit metadata ignored: %s", where, exc)
+    return out
 
 
 class OutputError(LanewayError):
@@ -70,7 +129,8 @@ class Committer:
     def start(self) -> None:
         """Ready the producer (a transactional one registers its id)."""
 
-    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+        """Commit each partition's position, with its metadata (a :class:`Commits`)."""
         raise NotImplementedError
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
@@ -103,10 +163,11 @@ class AtLeastOnceCommitter(Committer):
         super().__init__(consumer, processor, metrics, producer)
         self._produce_error: KafkaError | None = None
 
-    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
-        if not positions:
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+        if not commits:
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        offsets = _offsets(commits)
+        positions = {tp: pos for tp, (pos, _) in commits.items()}
         outputs = self._processor.take_outputs(positions) if self._producer is not None else []
         if outputs:
             self._produce_all(outputs)
@@ -149,13 +210,13 @@ class TransactionalCommitter(Committer):
         if self._producer is not None:
             self._producer.init_transactions(30)
 
-    def commit(self, positions: Positions, *, asynchronous: bool) -> None:
-        if not positions:
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+        if not commits:
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        offsets = _offsets(commits)
         producer = self._producer
         assert producer is not None
-        outputs = self._processor.take_outputs(positions)
+        outputs = self._processor.take_outputs({tp: pos for tp, (pos, _) in commits.items()})
         try:
             producer.begin_transaction()
             produce(producer, outputs, None)  # delivery failures surface in commit_transaction

@@ -1,8 +1,9 @@
 """Consumer groups: a group's state and committed offsets, and its lag per partition with the
-age of the oldest unconsumed record (``laneway lag``).
+age of the oldest unconsumed record and the records finished beyond the committed offset
+(``laneway lag``).
 
     lag = group_lag(admin, bootstrap, "orders-service")
-    print(lag.total, [(p.partition, p.lag, p.oldest_age) for p in lag.partitions])
+    print(lag.total, [(p.partition, p.lag, p.oldest_age, p.finished_beyond) for p in lag.partitions])
 
 Errors: the :mod:`laneway.kafka.admin` ones (:class:`~laneway.kafka.admin.UnknownGroupError`
 for a group with no members and no committed offsets).
@@ -13,12 +14,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import confluent_kafka
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from laneway.engine import gaps
 from laneway.kafka.admin import AdminError, UnknownGroupError, client_config, future_result, watermarks
 
 __all__ = ["GroupLag", "GroupState", "PartitionLag", "group_lag", "group_state", "require_group"]
@@ -33,6 +35,9 @@ class GroupState:
     assigned: tuple[tuple[str, int], ...]
     #: committed offsets, {(topic, partition): offset}
     committed: Mapping[tuple[str, int], int]
+    #: per partition, the records finished beyond its committed offset, as Laneway's commit
+    #: metadata names them (:mod:`laneway.engine.gaps`); absent without such metadata
+    finished_beyond: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
 def group_state(admin: AdminClient, group: str) -> GroupState:
@@ -58,9 +63,26 @@ def group_state(admin: AdminClient, group: str) -> GroupState:
         admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
         f"reading offsets of group {group!r}",
     )
-    committed = {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}
+    parts = [tp for tp in res.topic_partitions or [] if tp.offset >= 0]
+    committed = {(tp.topic, tp.partition): tp.offset for tp in parts}
+    beyond = {
+        (tp.topic, tp.partition): n
+        for tp in parts
+        if (n := _finished_beyond(tp.offset, tp.metadata)) is not None
+    }
     state = getattr(desc.state, "name", str(desc.state)).lower()
-    return GroupState(group, state, len(desc.members), tuple(assigned), committed)
+    return GroupState(group, state, len(desc.members), tuple(assigned), committed, beyond)
+
+
+def _finished_beyond(offset: int, metadata: str | None) -> int | None:
+    """How many offsets Laneway's commit ``metadata`` names finished beyond ``offset``; None for
+    metadata it did not write or cannot read."""
+    if not metadata or not metadata.startswith(gaps.VERSION):
+        return None
+    try:
+        return len(gaps.decode(offset, metadata, limit=10_000_000))
+    except ValueError:
+        return None
 
 
 def require_group(gs: GroupState) -> None:
@@ -80,6 +102,9 @@ class PartitionLag:
     oldest_timestamp: int | None = None
     #: now - oldest_timestamp in seconds
     oldest_age: float | None = None
+    #: records past ``committed`` already finished (named by Laneway's commit metadata): a
+    #: restart skips them; None without such metadata
+    finished_beyond: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +142,14 @@ def group_lag(admin: AdminClient, bootstrap: str, group: str, *, probe_timeout: 
         ts = stamps.get(tp)
         rows.append(
             PartitionLag(
-                tp[0], tp[1], committed, high, lag, ts, None if ts is None else max(0.0, now - ts / 1000)
+                tp[0],
+                tp[1],
+                committed,
+                high,
+                lag,
+                ts,
+                None if ts is None else max(0.0, now - ts / 1000),
+                gs.finished_beyond.get(tp),
             )
         )
     return GroupLag(group, gs.state, gs.members, tuple(rows), now)

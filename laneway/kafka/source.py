@@ -8,11 +8,14 @@ default, manual commits) and runs a loop of four named steps:
 2. fetch (:meth:`KafkaSource._fetch`): pause or resume the assigned partitions and fetch at
    most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
    ``submit`` them; polling continues while paused so the group membership stays alive;
-3. commit if due (every ``commit_interval``): the positions the processor reports as safe;
+3. commit if due (every ``commit_interval``): the positions the processor reports as safe,
+   each with the finished offsets beyond it as metadata; a partition whose metadata nears the
+   broker's limit is paused until its gap closes;
 4. report the lag if due (every 5 s).
 
-On revoke (inside ``poll``) the processor finishes or drops the partitions' work and their
-positions are committed synchronously."""
+On assign, the group's commit metadata is read back: offsets finished before the partition
+moved are skipped when they come again. On revoke (inside ``poll``) the processor finishes or
+drops the partitions' work and their positions are committed synchronously."""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from laneway.engine.events import Event
 from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.commit import OutputError, make_committer
+from laneway.kafka.commit import OutputError, make_committer, metadata_limit, read_finished
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
@@ -133,6 +136,9 @@ class KafkaSource:
         self._batch = batch_size
         self._on_fatal = on_fatal
         self._assigned: set[tuple[str, int]] = set()
+        #: partitions paused because their commit metadata nears the broker's limit
+        self._held: set[tuple[str, int]] = set()
+        self._metadata_limit = metadata_limit()
         self._paused = False
         self._stop = threading.Event()
         self._draining = threading.Event()
@@ -252,14 +258,34 @@ class KafkaSource:
                 self._handle_batch(msgs, max_accept=flow.accept)
 
     def _commit_due(self) -> None:
-        """The periodic commit: past transaction markers, of every position after a failure."""
+        """The periodic commit: past transaction markers, of every position after a failure;
+        then hold the partitions whose metadata nears its limit."""
         self._skip_unseen()
+        processor, limit = self._processor, self._metadata_limit
         if self._committer.take_recommit():  # an asynchronous commit failed: send every position again
-            self._committer.commit(
-                self._processor.final_positions(self._assigned, owner=self), asynchronous=True
-            )
+            commits = processor.final_commits(self._assigned, owner=self, max_metadata=limit)
         else:
-            self._committer.commit(self._processor.positions(owner=self), asynchronous=True)
+            commits = processor.commits(owner=self, max_metadata=limit)
+        self._committer.commit(commits, asynchronous=True)
+        self._hold_near_limit()
+
+    def _hold_near_limit(self) -> None:
+        """Pause the partitions whose commit metadata passed 3/4 of its limit, and resume those
+        no longer near it: records fetched past a partition's gap would only widen it. They are
+        paused again on every commit (a backpressure resume resumes every partition); while
+        backpressure pauses everything, its resume releases them."""
+        near = self._processor.near_metadata_limit(owner=self)
+        if not near and not self._held:
+            return
+        consumer = self._consumer
+        if near:
+            consumer.pause([TopicPartition(t, p) for t, p in near])
+        released = self._held - near
+        if released and not self._paused:
+            consumer.resume([TopicPartition(t, p) for t, p in released])
+        if near - self._held:
+            logger.info("paused %s: their commit metadata nears its limit", sorted(near - self._held))
+        self._held = near
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
@@ -355,7 +381,18 @@ class KafkaSource:
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
-        self._processor.assign(tps, owner=self)
+        read = read_finished(consumer, parts) if parts and self._metadata_limit else {}
+        if read:
+            # fetch from the very position the metadata counts from
+            parts = [
+                TopicPartition(p.topic, p.partition, read[tp][0]) if tp in read else p
+                for p, tp in zip(parts, tps, strict=True)
+            ]
+            logger.info(
+                "assigned with %d finished offset(s) past the committed positions to skip",
+                sum(len(f) for _, f in read.values()),
+            )
+        self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
         self._assigned.update(tps)
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))
@@ -378,19 +415,23 @@ class KafkaSource:
         tps = [(p.topic, p.partition) for p in parts]
         with contextlib.suppress(KafkaException):
             consumer.resume(parts)  # leave no pause flag behind on partitions we give away
-        positions = self._processor.revoke(tps, self._revoke_timeout, owner=self)
-        self._committer.commit(positions, asynchronous=False)
+        commits = self._processor.revoke_commits(
+            tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
+        )
+        self._committer.commit(commits, asynchronous=False)
         self._assigned.difference_update(tps)
+        self._held.difference_update(tps)
         for t, p in tps:
             self._metrics.forget_partition(t, p)
         self._metrics.rebalance("revoke", len(parts))
-        logger.info("revoked %s, committed %s", sorted(tps), positions)
+        logger.info("revoked %s, committed %s", sorted(tps), {tp: pos for tp, (pos, _) in commits.items()})
 
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
         self._processor.revoke(tps, 0.0, owner=self)  # not ours any more: drop, do not commit
         self._processor.discard_outputs(tps)
         self._assigned.difference_update(tps)
+        self._held.difference_update(tps)
         for t, p in tps:
             self._metrics.forget_partition(t, p)
         self.lost_group = True
@@ -405,7 +446,8 @@ class KafkaSource:
         try:
             self._skip_unseen()
             self._committer.commit(
-                self._processor.final_positions(self._assigned, owner=self), asynchronous=False
+                self._processor.final_commits(self._assigned, owner=self, max_metadata=self._metadata_limit),
+                asynchronous=False,
             )
         except Exception:
             logger.exception("final commit failed")

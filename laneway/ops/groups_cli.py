@@ -43,6 +43,7 @@ def _lag_table(lag: GroupLag) -> Table:
         "committed",
         "end",
         "lag",
+        "finished beyond",
         "oldest unconsumed",
         title=f"group {lag.group} ({lag.state}, {lag.members} member(s)): total lag {lag.total} at {when}",
     )
@@ -53,6 +54,7 @@ def _lag_table(lag: GroupLag) -> Table:
             common.opt(p.committed),
             str(p.end),
             str(p.lag),
+            common.opt(p.finished_beyond),
             common.age(p.oldest_age),
         )
     return table
@@ -72,6 +74,7 @@ def _lag_json(lag: GroupLag) -> dict[str, Any]:
                 "committed": p.committed,
                 "end": p.end,
                 "lag": p.lag,
+                "finished_beyond": p.finished_beyond,
                 "oldest_unconsumed_timestamp": p.oldest_timestamp,
                 "oldest_unconsumed_age_seconds": p.oldest_age,
             }
@@ -89,7 +92,8 @@ def lag(
     bootstrap: Bootstrap = None,
     json: Json = False,
 ) -> None:
-    """Per partition: committed offset, end offset, lag, and age of the oldest unconsumed record.
+    """Per partition: committed offset, end offset, lag, records finished beyond the committed
+    offset (a restart skips them), and age of the oldest unconsumed record.
 
     Example: laneway lag orders-service --watch --interval 5
     """

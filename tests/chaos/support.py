@@ -32,6 +32,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from laneway.engine import gaps
 from tests.integration.helpers import end_offsets
 
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
@@ -68,6 +69,37 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         return {}
     finally:
         c.close()
+
+
+def committed_finished(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, tuple[int, set[int]]]:
+    """The group's committed offsets with the offsets their metadata names finished beyond them
+    (Laneway's commit metadata; an empty set without it); {} while the broker cannot answer."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    except Exception:  # KafkaException while the coordinator is (re)loading
+        return {}
+    finally:
+        c.close()
+    return {
+        tp.partition: (
+            tp.offset,
+            gaps.decode(tp.offset, tp.metadata) if tp.metadata and tp.offset >= 0 else set(),
+        )
+        for tp in tps
+    }
+
+
+def redone_at_kill(lines: Iterable[Line], commits: dict[int, tuple[int, set[int]]]) -> int:
+    """Of a killed run's finished records, those a restart runs again: at or past its
+    partition's committed position, and not named finished by the commit's metadata."""
+    return sum(
+        1
+        for ln in lines
+        if ln.offset >= max(0, commits[ln.partition][0]) and ln.offset not in commits[ln.partition][1]
+    )
 
 
 def lag(bootstrap: str, group: str, topic: str, partitions: int) -> int | None:
@@ -251,9 +283,11 @@ def spawn_worker(
     sleep_ms: float = 2.0,
     max_events: int = 500,
     concurrency: int = 16,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
+        **(env or {}),
         "LW_BOOTSTRAP": bootstrap,
         "LW_TOPIC": topic,
         "LW_GROUP": group,

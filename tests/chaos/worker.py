@@ -1,5 +1,6 @@
 """The chaos worker, run as ``laneway run tests.chaos.worker:app`` with its settings in the
-environment: LW_BOOTSTRAP, LW_TOPIC, LW_GROUP, LW_OUT, LW_SLEEP_MS, LW_MAX_EVENTS, LW_CONCURRENCY.
+environment: LW_BOOTSTRAP, LW_TOPIC, LW_GROUP, LW_OUT, LW_SLEEP_MS, LW_MAX_EVENTS, LW_CONCURRENCY;
+LW_STUCK_KEY and LW_STUCK_S: the handler blocks that long on each record of that key.
 
 SIGUSR1 dumps every thread's stack into the log (for a stalled worker).
 
@@ -36,9 +37,13 @@ def build(
         kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
     )
     fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stuck_key = os.environ.get("LW_STUCK_KEY", "").encode() or None
+    stuck_s = float(os.environ.get("LW_STUCK_S", "0"))
 
     @app.handler(topic)
     def handle(ev: Event) -> None:
+        if stuck_key is not None and ev.key == stuck_key:
+            time.sleep(stuck_s)
         time.sleep(random.random() * sleep_ms / 1000)
         key = ev.key.decode() if ev.key else "-"
         value = ev.value.decode() if ev.value else "-"

@@ -1,0 +1,120 @@
+"""Restarts without replay storms (issue 22), on the real broker: a commit names the records
+finished beyond its position, and a new owner skips them. Counted per offset."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from laneway import App, Event, ExactlyOnce, Timeouts
+from laneway.kafka.groups import group_lag
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, end_offsets
+
+N = 2000
+STUCK = frozenset(range(0, N, 200))  # the stuck key's offsets: 10 of them, the first at 0
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10})
+    for i in range(N):
+        p.produce(topic, key=b"stuck" if i in STUCK else f"k{i % 50}".encode(), value=str(i).encode())
+    assert p.flush(30) == 0
+
+
+def _app(bootstrap: str, group: str, eos: bool) -> App:
+    return App(
+        "restart-metadata",
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        concurrency=8,
+        timeouts=Timeouts(commit_interval=0.2, shutdown=0.5, revoke=0.5),
+        exactly_once=ExactlyOnce() if eos else None,
+    )
+
+
+def _metadata(bootstrap: str, group: str, topic: str) -> tuple[int, str | None]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+        return tp.offset, tp.metadata
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("eos", [False, True], ids=["at_least_once", "exactly_once"])
+def test_a_restart_redoes_only_the_unfinished_records(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, group_id: str, eos: bool
+) -> None:
+    topic = make_topic(partitions=1)
+    _produce(kafka_bootstrap, topic)
+    gate = threading.Event()
+    first: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    app = _app(kafka_bootstrap, group_id, eos)
+
+    @app.handler(topic, on_failure="halt")
+    def stuck_once(ev: Event) -> None:
+        if ev.key == b"stuck":
+            gate.wait(30)  # holds its key, and so its partition's position, at offset 0
+        with lock:
+            first[ev.offset] += 1
+
+    try:
+        # the others finish; the app stops without draining the stuck key (shutdown 0.5 s)
+        assert app.run_until(lambda: len(first) == N - len(STUCK), timeout=60)
+    finally:
+        gate.set()
+    assert set(first) == set(range(N)) - STUCK
+    pos, meta = _metadata(kafka_bootstrap, group_id, topic)
+    assert pos == 0 and meta is not None and meta.startswith("lw1")
+    (row,) = group_lag(kafka_admin, kafka_bootstrap, group_id).partitions
+    assert (row.committed, row.lag, row.finished_beyond) == (0, N, N - len(STUCK))
+
+    second: Counter[int] = Counter()
+    app2 = _app(kafka_bootstrap, group_id, eos)
+
+    @app2.handler(topic, on_failure="halt")
+    def runs(ev: Event) -> None:
+        with lock:
+            second[ev.offset] += 1
+
+    ends = end_offsets(kafka_bootstrap, topic, 1)
+    assert app2.run_until(lambda: committed(kafka_bootstrap, group_id, topic, 1) == ends, timeout=60)
+    # only the stuck key's records ran again, once each; every other one was skipped
+    assert second == Counter(STUCK)
+    assert app2.processor is not None and app2.processor.skipped() == N - len(STUCK)
+    assert _metadata(kafka_bootstrap, group_id, topic) == (ends[0], None)
+
+
+def test_metadata_laneway_did_not_write_is_ignored_with_a_warning(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = make_topic(partitions=1)
+    _produce(kafka_bootstrap, topic)
+    raw = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
+    try:
+        raw.commit(offsets=[TopicPartition(topic, 0, 5, metadata="hello")], asynchronous=False)
+    finally:
+        raw.close()
+    ran: Counter[int] = Counter()
+    lock = threading.Lock()
+    app = _app(kafka_bootstrap, group_id, False)
+
+    @app.handler(topic, on_failure="halt")
+    def runs(ev: Event) -> None:
+        with lock:
+            ran[ev.offset] += 1
+
+    with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit"):
+        assert app.run_until(lambda: len(ran) == N - 5, timeout=60)
+    assert ran == Counter(range(5, N))  # from the committed position, each once, nothing skipped
+    assert app.processor is not None and app.processor.skipped() == 0
+    warned = [r.getMessage() for r in caplog.records if r.name == "laneway.kafka.commit"]
+    assert len(warned) == 1 and "not written by Laneway" in warned[0] and "'hello'" in warned[0]

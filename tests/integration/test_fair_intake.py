@@ -8,6 +8,7 @@ partition is sampled every 100 ms, and in most samples all four moved.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -71,11 +72,7 @@ def test_backlogs_on_four_partitions_keep_four_partition_lanes_busy(
     assert counts == [PER_PARTITION] * PARTITIONS
     # the 100 ms steps from the first record processed until one partition is done: every
     # partition had records waiting all along, so each should move in every step
-    steps = [
-        (a, b)
-        for a, b in zip(samples, samples[1:], strict=False)
-        if sum(a) > 0 and max(a) < PER_PARTITION
-    ]
+    steps = [(a, b) for a, b in itertools.pairwise(samples) if sum(a) > 0 and max(a) < PER_PARTITION]
     assert len(steps) >= 10, samples
     all_moved = sum(all(y > x for x, y in zip(a, b, strict=True)) for a, b in steps)
     assert all_moved >= 0.8 * len(steps), (all_moved, len(steps), samples)

@@ -42,7 +42,7 @@ from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
-from laneway.settings import AppSettings, replica, upgrade_keywords
+from laneway.settings import AppSettings, replica, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings"]
 
@@ -98,6 +98,7 @@ class App:
         metrics_server: MetricsServer | None = None,
         exactly_once: ExactlyOnce | None = None,
         kafka_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         **deprecated: Any,
     ) -> None:
         _require("backpressure", backpressure, Backpressure)
@@ -122,6 +123,7 @@ class App:
                 metrics_server=metrics_server,
                 exactly_once=exactly_once,
                 kafka_config=kafka_config or {},
+                producer_config=producer_config or {},
             )
         except ValidationError as exc:
             first = exc.errors()[0]
@@ -191,7 +193,18 @@ class App:
     # ------------------------------------------------------------------ lifecycle
 
     def _client_config(self) -> dict[str, Any]:
+        """The consumers' configuration (and the admin client's)."""
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka_config}
+
+    def _producer_config(self) -> dict[str, Any]:
+        """The producers' configuration: the shared settings of ``kafka_config``, then
+        ``producer_config`` (:func:`laneway.settings.shared_client_config`)."""
+        s = self.settings
+        return {
+            "bootstrap.servers": s.bootstrap_servers,
+            **shared_client_config(s.kafka_config),
+            **s.producer_config,
+        }
 
     def check(self) -> None:
         """Fail fast, naming the field: no handlers, no broker, missing topics."""
@@ -199,6 +212,7 @@ class App:
             raise ConfigError("handlers", "register at least one handler before running the app")
         quiet = logging.getLogger("laneway.app.check")
         quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
+        field = "kafka_config"
         try:
             admin = AdminClient(
                 {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}, logger=quiet
@@ -206,11 +220,12 @@ class App:
             # librdkafka validates consumer and producer properties only when such a client is built
             probe = {**self._client_config(), "group.id": self.settings.group_id}
             Consumer(probe, logger=quiet).close()
-            Producer(self._client_config(), logger=quiet)
+            field = "producer_config"
+            Producer(self._producer_config(), logger=quiet)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             text = err.str() if hasattr(err, "str") else str(err)
-            raise ConfigError("kafka_config", text) from None
+            raise ConfigError(field, text) from None
         try:
             md = admin.list_topics(timeout=self.settings.timeouts.startup)
         except KafkaException as exc:
@@ -249,7 +264,7 @@ class App:
             logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
         if s.gc_tuning:
             tune_gc()
-        self._dead_letters = KafkaDeadLetters(self._client_config())
+        self._dead_letters = KafkaDeadLetters(self._producer_config())
         self.processor = Processor(
             self.handlers,
             concurrency=s.concurrency,
@@ -271,7 +286,7 @@ class App:
                 metrics=self.metrics,
                 name=f"laneway-consumer-{i}",
                 on_fatal=self._on_fatal,
-                producer_config=self._client_config(),
+                producer_config=self._producer_config(),
             )
             self.sources.append(source)
             source.start()

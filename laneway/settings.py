@@ -1,6 +1,11 @@
 """The app's settings, validated once: the pydantic record :class:`AppSettings` (the connection
-and the app's shape, the policy objects, the librdkafka pass-through ``kafka_config``), and the
-keywords ``App`` took before the policy objects, still accepted for one release.
+and the app's shape, the policy objects, the librdkafka pass-through ``kafka_config`` and
+``producer_config``), and the keywords ``App`` took before the policy objects, still accepted for
+one release.
+
+``kafka_config`` is the consumers' configuration. Laneway's producers (emitted records, dead
+letters) take only its connection and security settings (:func:`shared_client_config`), then
+``producer_config``: librdkafka warns about every consumer property a producer is given.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ __all__ = [
     "RESERVED_KAFKA_KEYS",
     "AppSettings",
     "replica",
+    "shared_client_config",
     "upgrade_keywords",
     "with_metrics_server",
 ]
@@ -30,6 +36,53 @@ RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
     "group.id": "use group_id",
     "transactional.id": "use exactly_once=ExactlyOnce(transactional_id=...)",
 }
+
+#: the ``kafka_config`` keys that reach Laneway's producers too: the connection, security and
+#: client-wide settings (librdkafka's global properties both kinds of client use)
+SHARED_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "client.id",
+        "client.rack",
+        "client.dns.lookup",
+        "connections.max.idle.ms",
+        "debug",
+        "log_level",
+        "statistics.interval.ms",
+        "enable.ssl.certificate.verification",
+        "enable.sasl.oauthbearer.unsecure.jwt",
+        "message.max.bytes",
+        "receive.message.max.bytes",
+        "error_cb",
+        "stats_cb",
+        "throttle_cb",
+        "oauth_cb",
+    }
+)
+#: the prefixes of the ``kafka_config`` keys that reach the producers too
+SHARED_PREFIXES: Final[tuple[str, ...]] = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "https.",
+    "socket.",
+    "broker.",
+    "api.version.",
+    "metadata.",
+    "topic.metadata.",
+    "reconnect.backoff",
+    "retry.backoff",
+    "log.",
+)
+
+
+def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``kafka_config`` Laneway's producers take: :data:`SHARED_KEYS` and the keys
+    starting with one of :data:`SHARED_PREFIXES`. Producer settings go in ``producer_config``."""
+    return {k: v for k, v in kafka_config.items() if k in SHARED_KEYS or k.startswith(SHARED_PREFIXES)}
+
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning
 DEPRECATED_KEYWORDS: Final[dict[str, str]] = {
@@ -65,9 +118,12 @@ class AppSettings(BaseModel):
     metrics_server: InstanceOf[MetricsServer] | None = None
     #: None: at least once
     exactly_once: InstanceOf[ExactlyOnce] | None = None
+    #: the consumers' librdkafka settings; the producers take only its shared ones
     kafka_config: dict[str, Any] = Field(default_factory=dict)
+    #: the producers' librdkafka settings, over the shared ones of ``kafka_config``
+    producer_config: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("kafka_config")
+    @field_validator("kafka_config", "producer_config")
     @classmethod
     def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key, why in RESERVED_KAFKA_KEYS.items():

@@ -3,26 +3,51 @@ them the engine takes. Pure functions of the numbers: no client, no clock, no th
 
 A consumer's turn (:mod:`laneway.kafka.source`) asks two questions:
 
-1. :func:`needs_room`: is the room left under the event cap smaller than a batch worth a
+1. :func:`intake`: which partitions hold their share of the event cap (:func:`share`), or
+   a key over its cap (:func:`key_cap`)? Those are paused, the others keep fetching: one
+   partition's backlog never fills the cap while the others wait.
+2. :func:`needs_room`: is the room left under the event cap smaller than a batch worth a
    trip to the client? Then the consumer first waits briefly for the workers to make room
    (``Processor.wait_for_room`` down to :func:`room_target`).
-2. :func:`plan`: given the room then, what the engine holds and the pause state, pause or
-   resume the partitions, and fetch how many records (or poll only, to keep serving the group).
+3. :func:`plan`: given the room then, what the engine holds and the pause state, pause or
+   resume all the partitions, and fetch how many records (or poll only, to keep serving the group).
 
 The rules (:class:`~laneway.engine.policies.Backpressure`):
 
-- above either cap, or while draining, the partitions are paused;
+- a partition holding its share of the event cap, or with a key over the key cap, is paused;
+  it resumes at ``resume_at`` of its share (and once the key is down to ``resume_at`` of its
+  cap); the engine takes at most a partition's room left under its share;
+- above either cap, or while draining, every partition is paused (with shares that fit the
+  event cap, only the byte cap or a drain does that);
 - they resume once both the events and the bytes held are at most ``resume_at`` times their cap;
 - the event cap is hard: the engine takes at most the room left, and nothing while draining.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Hashable, Mapping, Set
+from typing import Generic, NamedTuple, TypeVar
 
 from laneway.engine.policies import Backpressure
 
-__all__ = ["Flow", "batch_wanted", "needs_room", "plan", "room_target"]
+__all__ = [
+    "MIN_SHARE",
+    "Flow",
+    "Intake",
+    "batch_wanted",
+    "intake",
+    "key_cap",
+    "needs_room",
+    "plan",
+    "room_target",
+    "share",
+]
+
+#: a partition's share of the event cap is never below this (nor above the cap): with many
+#: partitions a smaller one would pause and resume a partition every few records
+MIN_SHARE = 100
+
+P = TypeVar("P", bound=Hashable)
 
 
 class Flow(NamedTuple):
@@ -43,12 +68,28 @@ class Flow(NamedTuple):
         return self.fetch == 0
 
 
-def batch_wanted(bp: Backpressure, batch_size: int) -> int:
-    """A batch worth a trip to the client: ``batch_size``, at most a twentieth of the event cap.
+def share(bp: Backpressure, partitions: int) -> int:
+    """A partition's share of the event cap: the cap over the ``partitions`` assigned (of every
+    consumer sharing the cap), at least :data:`MIN_SHARE` (and at most the cap). The shares fit
+    the cap unless that floor overcommits it."""
+    return max(min(bp.max_events, MIN_SHARE), bp.max_events // max(1, partitions))
+
+
+def key_cap(bp: Backpressure) -> int:
+    """The most events one key may hold before its partition pauses."""
+    return max(1, int(bp.max_events * bp.max_key_share))
+
+
+def batch_wanted(bp: Backpressure, batch_size: int, share: int | None = None) -> int:
+    """A batch worth a trip to the client: ``batch_size``, at most a twentieth of the event cap,
+    and at most the room a partition has under its ``share`` when it resumes.
 
     Workers that cannot free that much while the consumer waits for room (they would need over
     2 s to work through the whole cap) get their partitions paused."""
-    return min(batch_size, max(1, bp.max_events // 20))
+    want = min(batch_size, max(1, bp.max_events // 20))
+    if share is not None:
+        want = min(want, max(1, int(share * (1 - bp.resume_at))))
+    return want
 
 
 def needs_room(bp: Backpressure, *, events: int, want: int, paused: bool, draining: bool) -> bool:
@@ -91,3 +132,45 @@ def plan(
     if over or (paused and not resume):
         return Flow(pause, False, 0, 0 if draining else max(0, room))
     return Flow(False, resume, min(batch_size, room), room)
+
+
+class Intake(NamedTuple, Generic[P]):
+    """Which partitions hold their share this turn, and the room the others have under theirs."""
+
+    #: partitions to pause: at their share, or with a key over the key cap
+    pause: list[P]
+    #: held-back partitions to resume: down to ``resume_at`` of their share, no key over its cap
+    resume: list[P]
+    #: per partition fetching after this turn, the events it may still take (share - held)
+    headroom: dict[P, int]
+
+
+def intake(
+    bp: Backpressure,
+    *,
+    share: int,
+    held: Mapping[P, int],
+    held_back: Set[P],
+    hot: Set[P],
+) -> Intake[P]:
+    """This turn's per-partition pauses and resumes.
+
+    ``held``: the events each assigned partition holds in the engine; ``held_back``: the
+    partitions paused for their share now; ``hot``: those with a key over :func:`key_cap`. A
+    partition at its share (or hot) is paused; a held-back one resumes once it holds at most
+    ``resume_at`` of its share and is not hot. The shares fit the cap (``share`` times the
+    partitions at most the cap), so a partition under its share always finds that much room."""
+    low = share * bp.resume_at
+    pause: list[P] = []
+    resume: list[P] = []
+    headroom: dict[P, int] = {}
+    for p, n in held.items():
+        if p in held_back:
+            if n <= low and p not in hot:
+                resume.append(p)
+                headroom[p] = share - n
+        elif n >= share or p in hot:
+            pause.append(p)
+        else:
+            headroom[p] = share - n
+    return Intake(pause, resume, headroom)

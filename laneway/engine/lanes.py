@@ -125,6 +125,8 @@ class LaneTable:
         "changed",
         "conflated",
         "events_in_memory",
+        "hot",
+        "key_cap",
         "lanes",
         "lock",
         "room",
@@ -149,6 +151,11 @@ class LaneTable:
         self.bytes_in_memory = 0
         #: events of conflating handlers marked done unrun (a newer one of their key ran)
         self.conflated = 0
+        #: a key's lane longer than this is noted in :attr:`hot` by ``place``
+        self.key_cap = 1 << 62
+        #: key lanes that passed :attr:`key_cap`, with the partition of their last event: the
+        #: source pauses those partitions (``Processor.hot_partitions`` forgets cooled ones)
+        self.hot: dict[Hashable, tuple[Lane, PartitionState]] = {}
 
     # ------------------------------------------------------------------ with the lock held
 
@@ -171,7 +178,7 @@ class LaneTable:
         direct: list[Event] = []
         runs: list[DirectRun] = []
         accepted = nbytes = 0
-        lanes = self.lanes
+        lanes, key_cap = self.lanes, self.key_cap
         last: tuple[str, int] | None = None
         state: PartitionState | None = None
         spec: HandlerSpec | None = None
@@ -213,6 +220,8 @@ class LaneTable:
                 lane = lanes.get(lid)
                 if lane is not None:
                     lane.append((ev, state))
+                    if len(lane) > key_cap and ordering == "key" and ev.key is not None:
+                        self.hot[lid] = (lane, state)
                     continue
             if run_here:
                 direct.append(ev)

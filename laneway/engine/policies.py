@@ -104,14 +104,21 @@ class Delay:
 class Backpressure:
     """Caps on what the engine holds in memory (queued, delayed, retrying and running events).
 
-    Above either cap the consumer pauses its partitions; it resumes once both are
-    below ``resume_at`` times their cap. The event cap is hard: the consumer never
-    fetches more than the room left. The byte cap may be passed by one poll batch.
+    The event cap is shared fairly: each assigned partition may hold its share of it (the cap
+    over the partitions assigned, at least 100 events), and a partition at its share is paused
+    while the others keep fetching; it resumes at ``resume_at`` of its share. A key holding
+    more than ``max_key_share`` of the event cap pauses its partition the same way, until the
+    key is down to ``resume_at`` of that. Above either cap (or when the shares' floor
+    overcommits the event cap) the consumer pauses every partition; it resumes once both are
+    below ``resume_at`` times their cap. The event cap is hard: the consumer never takes more
+    than the room left. The byte cap may be passed by one poll batch.
     """
 
     max_events: int = 10_000
     max_bytes: int = 64 * 1024 * 1024
     resume_at: float = 0.5
+    #: the most of ``max_events`` one key may hold (``ordering="key"``) before its partition pauses
+    max_key_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.max_events < 1:
@@ -120,6 +127,10 @@ class Backpressure:
             raise ConfigError("backpressure.max_bytes", f"must be >= 1, got {self.max_bytes}")
         if not 0 < self.resume_at < 1:
             raise ConfigError("backpressure.resume_at", f"must be within (0, 1), got {self.resume_at}")
+        if not is_number(self.max_key_share) or not 0 < self.max_key_share <= 1:
+            raise ConfigError(
+                "backpressure.max_key_share", f"must be within (0, 1], got {self.max_key_share!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -203,6 +203,38 @@ class Processor:
             self._dispatch(to_dispatch, inline=True)
         return accepted
 
+    @property
+    def partitions(self) -> int:
+        """The partitions assigned, of every owner (they share the event cap)."""
+        return len(self._ledger.states)
+
+    def held(self, tps: Iterable[TopicPartition], owner: object = None) -> dict[TopicPartition, int]:
+        """The events each of ``owner``'s partitions among ``tps`` holds (unfinished offsets),
+        read without the lock: a count for flow control, exact once the workers are quiet."""
+        states = self._ledger.states
+        return {
+            tp: s.tracker.in_process for tp in tps if (s := states.get(tp)) is not None and s.owner is owner
+        }
+
+    def cap_keys(self, max_events: int) -> None:
+        """Note the keys whose lane holds more than ``max_events`` (see :meth:`hot_partitions`)."""
+        self.table.key_cap = max_events
+
+    def hot_partitions(self, below: int, owner: object = None) -> set[TopicPartition]:
+        """``owner``'s partitions with a key over the key cap; a key down to ``below`` events is
+        forgotten."""
+        table = self.table
+        if not table.hot:
+            return set()
+        out: set[TopicPartition] = set()
+        with self._lock:
+            for lid, (lane, state) in list(table.hot.items()):
+                if len(lane) <= below or state.revoked or table.lanes.get(lid) is not lane:
+                    del table.hot[lid]
+                elif state.owner is owner:
+                    out.add(state.tp)
+        return out
+
     def positions(self, owner: object = None) -> dict[TopicPartition, int]:
         """Commit positions that moved since the last call, per partition assigned to ``owner``
         (each consumer commits its own partitions)."""

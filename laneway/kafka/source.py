@@ -1,17 +1,21 @@
 """The consumer side: one thread per consumer, polling Kafka into the processor.
 
 Each :class:`KafkaSource` owns a confluent-kafka ``Consumer`` (cooperative-sticky by
-default, manual commits) and runs a loop of four named steps:
+default, manual commits) and runs a loop of five named steps:
 
-1. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
+1. share fairly (:meth:`KafkaSource._share_fairly`): pause the partitions that hold their
+   share of the event cap (or a key over its cap), resume those back under it, as
+   :func:`laneway.engine.flow.intake` says;
+2. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
    workers to make room for a batch;
-2. fetch (:meth:`KafkaSource._fetch`): pause or resume the assigned partitions and fetch at
-   most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
-   ``submit`` them; polling continues while paused so the group membership stays alive;
-3. commit if due (every ``commit_interval``): the positions the processor reports as safe,
+3. fetch (:meth:`KafkaSource._fetch`): pause or resume all the assigned partitions and fetch
+   at most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
+   ``submit`` them, none of a partition past its share; polling continues while paused so the
+   group membership stays alive;
+4. commit if due (every ``commit_interval``): the positions the processor reports as safe,
    each with the finished offsets beyond it as metadata; a partition whose metadata nears the
    broker's limit is paused until its gap closes;
-4. report the lag if due (every 5 s).
+5. report the lag if due (every 5 s).
 
 On assign, the group's commit metadata is read back: offsets finished before the partition
 moved are skipped when they come again. On revoke (inside ``poll``) the processor finishes or
@@ -36,7 +40,7 @@ from confluent_kafka import (
 )
 
 from laneway.engine.events import Event
-from laneway.engine.flow import batch_wanted, needs_room, plan, room_target
+from laneway.engine.flow import batch_wanted, intake, key_cap, needs_room, plan, room_target, share
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit, read_finished
@@ -140,6 +144,13 @@ class KafkaSource:
         self._held: set[tuple[str, int]] = set()
         self._metadata_limit = metadata_limit()
         self._paused = False
+        # fair intake (laneway.engine.flow.intake): the partitions paused at their share, the
+        # room the fetching ones have under theirs (None: share - events_in_memory at least)
+        self._held_back: set[tuple[str, int]] = set()
+        self._headroom: dict[tuple[str, int], int] | None = None
+        self._room_min = backpressure.max_events
+        self._share = backpressure.max_events
+        self._key_low = int(key_cap(backpressure) * backpressure.resume_at)
         self._stop = threading.Event()
         self._draining = threading.Event()
         self.heartbeat = time.monotonic()
@@ -150,6 +161,7 @@ class KafkaSource:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self._processor.cap_keys(key_cap(self._bp))
         self._committer.start()
         self._consumer.subscribe(
             self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -194,20 +206,62 @@ class KafkaSource:
             self._close()
 
     def _loop(self) -> None:
-        """One turn: make room, fetch, commit if due, report the lag if due."""
+        """One turn: share fairly, make room, fetch, commit if due, report the lag if due."""
         next_commit = time.monotonic() + self._commit_interval
         next_lag = time.monotonic()
-        want = batch_wanted(self._bp, self._batch)
         while not self._stop.is_set():
             self.heartbeat = now = time.monotonic()
+            want = self._share_fairly()
             room = self._make_room(want)
-            self._fetch(room)
+            self._fetch(room, want)
             if now >= next_commit:
                 self._commit_due()
                 next_commit = now + self._commit_interval
             if now >= next_lag:
                 self._report_lag()
                 next_lag = now + 5.0
+
+    def _share_fairly(self) -> int:
+        """Pause the partitions at their share of the event cap or with a key over the key cap,
+        resume those back under it (:func:`laneway.engine.flow.intake`); return the batch worth
+        a trip to the client.
+
+        While the engine holds less than ``resume_at`` of one share and no partition is held
+        back, no partition can be near its share: nothing is looked at per partition."""
+        processor, bp = self._processor, self._bp
+        self._share = share_ = share(bp, processor.partitions)
+        hot = processor.hot_partitions(self._key_low, owner=self)
+        events = processor.events_in_memory
+        if not self._held_back and not hot and events <= share_ * bp.resume_at:
+            self._headroom = None
+            self._room_min = share_ - events
+            return batch_wanted(bp, self._batch, share_)
+        held_back = self._held_back
+        held_back &= self._assigned  # forget revoked partitions
+        turn = intake(
+            bp, share=share_, held=processor.held(self._assigned, owner=self), held_back=held_back, hot=hot
+        )
+        if turn.pause:
+            held_back.update(turn.pause)
+            if not self._paused:
+                self._consumer.pause([TopicPartition(t, p) for t, p in turn.pause])
+        if turn.resume:
+            held_back.difference_update(turn.resume)
+            resume = [TopicPartition(t, p) for t, p in turn.resume if (t, p) not in self._held]
+            if resume and not self._paused:
+                self._consumer.resume(resume)  # not one held for its commit metadata
+        if turn.pause or turn.resume:
+            if not self._paused:
+                self._metrics.paused(self._thread.name, len(held_back))
+            logger.debug("%d partition(s) at their share of %d events", len(held_back), share_)
+        self._headroom = turn.headroom
+        self._room_min = min(turn.headroom.values(), default=0)
+        return batch_wanted(bp, self._batch, share_)
+
+    @property
+    def _all_held_back(self) -> bool:
+        """Every assigned partition is paused at its share: there is nothing to fetch."""
+        return bool(self._held_back) and self._held_back >= self._assigned
 
     def _make_room(self, want: int) -> int:
         """The room left under the event cap, after waiting briefly for the workers to make room
@@ -219,13 +273,14 @@ class KafkaSource:
         partitions paused (:mod:`laneway.engine.flow`)."""
         processor, bp = self._processor, self._bp
         events = processor.events_in_memory
-        if needs_room(bp, events=events, want=want, paused=self._paused, draining=self._draining.is_set()):
+        idle = self._paused or self._all_held_back
+        if needs_room(bp, events=events, want=want, paused=idle, draining=self._draining.is_set()):
             if not processor.wait_for_room(room_target(bp, want), bp.max_bytes, _ROOM_WAIT):
                 return 0  # the workers are not keeping up: pause
             events = processor.events_in_memory
         return bp.max_events - events
 
-    def _fetch(self, room: int) -> None:
+    def _fetch(self, room: int, want: int) -> None:
         """Pause or resume as :func:`laneway.engine.flow.plan` says, then fetch into the processor."""
         processor, consumer = self._processor, self._consumer
         flow = plan(
@@ -241,7 +296,7 @@ class KafkaSource:
             self._pause()
         elif flow.resume:
             self._resume()
-        if flow.polls_only:
+        if flow.polls_only or self._all_held_back:
             # keep serving the group (heartbeats, rebalances) while paused; look again soon:
             # the workers may drain to the low mark in well under 100 ms, and a longer
             # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
@@ -249,11 +304,13 @@ class KafkaSource:
             if msg is not None:
                 self._handle_batch([msg], max_accept=flow.accept)
         else:
-            # take what is already fetched without waiting for a full batch; block (up to
-            # 100 ms) only when nothing is there, so a record never waits for others to arrive
-            msgs = consumer.consume(flow.fetch, 0)
+            # take what is already fetched without waiting for a full batch (at most the room
+            # the fetching partitions surely have under their shares, unless that is less than
+            # a batch); block only when nothing is there, so a record never waits for others
+            # to arrive: up to 100 ms, or 5 ms while partitions wait to resume
+            msgs = consumer.consume(min(flow.fetch, max(self._room_min, want)), 0)
             if not msgs:
-                msgs = consumer.consume(1, 0.1)
+                msgs = consumer.consume(1, _PAUSED_POLL if self._held_back else 0.1)
             if msgs:
                 self._handle_batch(msgs, max_accept=flow.accept)
 
@@ -280,7 +337,7 @@ class KafkaSource:
         consumer = self._consumer
         if near:
             consumer.pause([TopicPartition(t, p) for t, p in near])
-        released = self._held - near
+        released = self._held - near - self._held_back  # not one held back at its share
         if released and not self._paused:
             consumer.resume([TopicPartition(t, p) for t, p in released])
         if near - self._held:
@@ -288,8 +345,14 @@ class KafkaSource:
         self._held = near
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
-        if len(msgs) > max_accept:
-            msgs = self._within_cap(msgs, max_accept)
+        if len(msgs) > max_accept or len(msgs) > self._room_min:
+            headroom = self._headroom
+            if headroom is None:
+                share_ = self._share
+                headroom = {
+                    tp: share_ - n for tp, n in self._processor.held(self._assigned, owner=self).items()
+                }
+            msgs = self._within_cap(msgs, max_accept, headroom)
         ready = _events(msgs)
         if len(ready) < len(msgs):
             for msg in msgs:
@@ -299,17 +362,25 @@ class KafkaSource:
             self._processor.submit(ready, owner=self)
             self._metrics.consumed(len(ready))
 
-    def _within_cap(self, msgs: list[Message], max_accept: int) -> list[Message]:
-        """The batch without its records over the hard cap (fetched before a pause took effect):
-        each partition is sought back to its first such record, to be fetched again later."""
+    def _within_cap(
+        self, msgs: list[Message], max_accept: int, headroom: dict[tuple[str, int], int]
+    ) -> list[Message]:
+        """The batch without its records over the hard cap or over their partition's room under
+        its share (``headroom``; fetched before a pause took effect): each partition is sought
+        back to its first such record, to be fetched again later."""
         kept: list[Message] = []
         rewind: dict[tuple[str, int], int] = {}
+        took: dict[tuple[str, int], int] = {}
+        assigned = self._assigned
         taken = 0
         for msg in msgs:
             if msg.error() is None:
-                if taken >= max_accept:
-                    rewind.setdefault((msg.topic(), msg.partition()), msg.offset())  # type: ignore[arg-type]
+                tp: tuple[str, int] = (msg.topic(), msg.partition())  # type: ignore[assignment]
+                n = took.get(tp, 0)
+                if tp in assigned and (taken >= max_accept or n >= headroom.get(tp, 0)):
+                    rewind.setdefault(tp, msg.offset())  # type: ignore[arg-type]
                     continue
+                took[tp] = n + 1
                 taken += 1
             kept.append(msg)
         for (topic, partition), offset in rewind.items():
@@ -336,11 +407,17 @@ class KafkaSource:
         )
 
     def _resume(self) -> None:
-        parts = self._consumer.assignment()
+        """Resume every partition but those held back at their share or for their metadata."""
+        held_back, held = self._held_back, self._held
+        parts = [
+            p
+            for p in self._consumer.assignment()
+            if (p.topic, p.partition) not in held_back and (p.topic, p.partition) not in held
+        ]
         if parts:
             self._consumer.resume(parts)
         self._paused = False
-        self._metrics.paused(self._thread.name, 0)
+        self._metrics.paused(self._thread.name, len(held_back))
 
     # ------------------------------------------------------------------ commits and lag
 

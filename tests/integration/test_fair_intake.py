@@ -1,0 +1,81 @@
+"""Fair intake against the real broker: backlogs on four partitions advance together.
+
+The client hands records over a partition at a time. Without a fair share of the event cap,
+one partition's records filled it and the others waited for it to drain: in partition mode
+one to three of the four partition lanes ran. Counted, not timed: the processed count of each
+partition is sampled every 100 ms, and in most samples all four moved.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from confluent_kafka import Producer
+
+from laneway import App, Backpressure, Event
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, end_offsets
+
+PARTITIONS = 4
+PER_PARTITION = 3_000
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(PER_PARTITION):
+        for p in range(PARTITIONS):
+            producer.produce(topic, key=f"k{i % 50}".encode(), value=b"x" * 100, partition=p)
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def test_backlogs_on_four_partitions_keep_four_partition_lanes_busy(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    topic = make_topic(partitions=PARTITIONS)
+    _produce(kafka_bootstrap, topic)
+    counts = [0] * PARTITIONS
+    lock = threading.Lock()
+    app = App(
+        "fair-intake",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=16,
+        backpressure=Backpressure(max_events=2_000),
+    )
+
+    @app.handler(topic, ordering="partition", on_failure="halt")
+    def handle(ev: Event) -> None:
+        time.sleep(0.001)
+        with lock:
+            counts[ev.partition] += 1
+
+    samples: list[tuple[int, ...]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.1):
+            with lock:
+                samples.append(tuple(counts))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        assert app.run_until(lambda: sum(counts) >= PARTITIONS * PER_PARTITION, timeout=120)
+    finally:
+        stop.set()
+        sampler.join()
+
+    assert counts == [PER_PARTITION] * PARTITIONS
+    # the 100 ms steps from the first record processed until one partition is done: every
+    # partition had records waiting all along, so each should move in every step
+    steps = [(a, b) for a, b in itertools.pairwise(samples) if sum(a) > 0 and max(a) < PER_PARTITION]
+    assert len(steps) >= 10, samples
+    all_moved = sum(all(y > x for x, y in zip(a, b, strict=True)) for a, b in steps)
+    assert all_moved >= 0.8 * len(steps), (all_moved, len(steps), samples)
+    assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == end_offsets(
+        kafka_bootstrap, topic, PARTITIONS
+    )

@@ -1,0 +1,94 @@
+"""kafka_config is the consumers'; Laneway's producers take its shared keys and producer_config."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from laneway import App, ConfigError
+from laneway.settings import shared_client_config
+
+CONSUMER_SIDE = {
+    "session.timeout.ms": 10_000,
+    "max.poll.interval.ms": 60_000,
+    "auto.offset.reset": "latest",
+    "isolation.level": "read_committed",
+    "fetch.min.bytes": 1,
+    "partition.assignment.strategy": "range",
+    "queued.max.messages.kbytes": 2048,
+}
+SHARED = {
+    "security.protocol": "plaintext",
+    "socket.timeout.ms": 5_000,
+    "client.id": "orders",
+    "metadata.max.age.ms": 60_000,
+}
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _producer_log(conf: dict[str, Any]) -> list[str]:
+    """librdkafka's lines as a producer built with ``conf`` logs them (served by poll)."""
+    logger = logging.getLogger("test.producer_config")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    lines = _Lines()
+    logger.addHandler(lines)
+    try:
+        producer = Producer(conf, logger=logger)
+        for _ in range(5):
+            producer.poll(0.05)
+    finally:
+        logger.removeHandler(lines)
+    return lines.lines
+
+
+def test_the_producers_get_no_consumer_property() -> None:
+    app = App(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        kafka_config={**CONSUMER_SIDE, **SHARED},
+        producer_config={"linger.ms": 7, "compression.type": "lz4"},
+    )
+    conf = app._producer_config()
+    assert conf == {"bootstrap.servers": "127.0.0.1:1", **SHARED, "linger.ms": 7, "compression.type": "lz4"}
+    assert not [line for line in _producer_log(conf) if "consumer property" in line]
+    # the capture sees such warnings: the whole kafka_config, as the producers took it, has them
+    warned = [line for line in _producer_log(app._client_config()) if "consumer property" in line]
+    assert len(warned) >= len(CONSUMER_SIDE) - 1, warned
+    assert app._client_config() == {"bootstrap.servers": "127.0.0.1:1", **CONSUMER_SIDE, **SHARED}
+
+
+def test_producer_config_overrides_the_shared_keys_and_has_the_same_reserved_ones() -> None:
+    app = App(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        kafka_config={"client.id": "a", "sasl.mechanism": "PLAIN"},
+        producer_config={"client.id": "b"},
+    )
+    assert app._producer_config() == {
+        "bootstrap.servers": "127.0.0.1:1",
+        "client.id": "b",
+        "sasl.mechanism": "PLAIN",
+    }
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"transactional.id": "x"})
+    assert info.value.field == "producer_config"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["bootstrap.servers", "sasl.username", "ssl.ca.location", "security.protocol", "socket.keepalive.enable"],
+)
+def test_connection_and_security_keys_are_shared(key: str) -> None:
+    assert shared_client_config({key: "x", "fetch.wait.max.ms": 10}) == {key: "x"}

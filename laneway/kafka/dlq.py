@@ -162,6 +162,11 @@ class _Letter:
         if err is None:
             self.done(None)
         elif err.code() in TOO_LARGE and not self.alone:
+            ev = self.event
+            logger.info(
+                "the dead letter of %s/%d/%d was refused in a batch by %s (%s): sending it alone",
+                *(ev.topic, ev.partition, ev.offset, self.topic, err.str()),
+            )
             self.alone = True  # maybe only the batch it was in was too large: alone, as it is
             self.produce()
         elif err.code() in TOO_LARGE and self.lighten(err.str()):

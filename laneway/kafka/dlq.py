@@ -208,13 +208,14 @@ class KafkaDeadLetters:
     """:class:`~laneway.engine.handlers.DeadLetterSink` on idempotent confluent-kafka producers.
 
     ``timeout``: how long a letter may wait for its acknowledgement (librdkafka's
-    ``message.timeout.ms``) before it fails with :class:`~laneway.errors.DeadLetterError`.
+    ``message.timeout.ms``, unless ``config`` sets it) before it fails with
+    :class:`~laneway.errors.DeadLetterError`.
     """
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
-        self.timeout = timeout
         defaults = {"enable.idempotence": True, "acks": "all", "message.timeout.ms": int(timeout * 1000)}
         self._conf = {**defaults, "linger.ms": 5, **config}
+        self.timeout = int(self._conf["message.timeout.ms"]) / 1000
         # one letter per request (module docstring)
         self._alone_conf = {**defaults, **config, "linger.ms": 0, "batch.num.messages": 1}
         self._producer: Producer | None = Producer(self._conf, logger=_CLIENT_LOG)

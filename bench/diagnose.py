@@ -27,7 +27,7 @@ TOPIC = "t"
 
 
 class _NoDeadLetters:
-    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
+    def send(self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: object) -> None:
         raise AssertionError("no record should fail")
 
 

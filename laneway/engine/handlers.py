@@ -12,16 +12,28 @@ from laneway.engine.events import Event
 from laneway.engine.policies import Delay, OnFailure, Ordering, Retry, is_number
 from laneway.errors import ConfigError
 
-__all__ = ["DeadLetterSink", "HandlerFn", "HandlerSpec"]
+__all__ = ["DeadLetterSink", "HandlerFn", "HandlerSpec", "LetterDone"]
 
 HandlerFn = Callable[[Event], Any] | Callable[[Event], Awaitable[Any]]
 
+#: a dead letter's outcome: called with None once the letter is durable, or with the
+#: :class:`~laneway.errors.DeadLetterError` that says why it cannot be
+LetterDone = Callable[[BaseException | None], None]
+
 
 class DeadLetterSink(Protocol):
-    """Where exhausted and unreadable events go. ``send`` blocks until the record is durable
-    and raises :class:`~laneway.errors.DeadLetterError` when it cannot be."""
+    """Where exhausted and unreadable events go.
 
-    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None: ...
+    ``send`` never waits for the broker: it hands the letter over and returns. It calls
+    ``on_done`` exactly once, from any thread, possibly before it returns: with None once the
+    letter is durable, or with a :class:`~laneway.errors.DeadLetterError` when it cannot be.
+    The processor keeps the event unfinished until then: its key's later events wait, and the
+    commit position does not pass it.
+    """
+
+    def send(
+        self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
+    ) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -445,7 +445,9 @@ class Processor:
     # ------------------------------------------------------------------ outcomes
 
     def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
-        """Carry out an attempt's outcome: finish it, or retry, dead-letter or halt."""
+        """Carry out an attempt's outcome: finish it, or retry, dead-letter or halt. Never
+        blocks: a retry parks the lane on the timer (its thread goes on with other lanes), and
+        a dead letter is sent in the background (:meth:`_dead_letter`)."""
         if err is None:
             more = self.table.finish([(lane, ev, state)])
             if more:
@@ -483,33 +485,55 @@ class Processor:
         except Exception as exc:
             self.halt(exc)
 
-    def needs_thread(self, lane: Lane, ev: Event, err: BaseException) -> bool:
-        """Whether the outcome of ``err`` may block (a dead letter waits for the producer)."""
-        return is_unreadable(err) or not lane.spec.retry.should_retry(err, ev.attempt)
-
     def _dead_letter(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException) -> None:
+        """Hand the event's letter to the sink and return at once. The event stays running
+        until the sink's acknowledgement: its key's later events wait, the partition's commit
+        position stays below it, and a revoke or a drain waits for it. :meth:`_lettered`
+        finishes it (or halts), on whichever thread the sink calls back on."""
         reason = "deserialize" if is_unreadable(err) else "handler"
         cause = cause_of(err)
-        try:
-            self._dead_letters.send(ev, cause, reason=reason, topic=lane.spec.dlq_topic)
-        except Exception as exc:
-            self.table.release([state])
-            failure = DeadLetterError(f"could not dead-letter {ev!r} to {lane.spec.dlq_topic}: {exc}")
-            failure.__cause__ = exc
-            self.halt(failure)
-            return
         ev.outputs = None  # a dead-lettered event emits nothing
+        called: list[bool] = []
+
+        def on_done(failure: BaseException | None) -> None:
+            if not called:  # once, whatever the sink does
+                called.append(True)
+                self._lettered(lane, ev, state, cause, reason, failure)
+
+        try:
+            self._dead_letters.send(ev, cause, reason=reason, topic=lane.spec.dlq_topic, on_done=on_done)
+        except Exception as exc:  # a sink that raises instead of reporting
+            on_done(exc)
+
+    def _lettered(
+        self,
+        lane: Lane,
+        ev: Event,
+        state: PartitionState,
+        cause: BaseException,
+        reason: str,
+        failure: BaseException | None,
+    ) -> None:
+        """The sink's answer for ``ev``'s letter: finish the event and go on with its lane, or
+        halt without finishing it."""
+        topic = lane.spec.dlq_topic
+        if failure is not None:
+            self.table.release([state])
+            error = DeadLetterError(f"could not dead-letter {ev!r} to {topic}: {failure}")
+            error.__cause__ = failure
+            self.halt(error)
+            return
         self.metrics.dead_lettered(ev.topic, reason)
         logger.warning(
             "dead-lettered %r to %s after %d attempt(s): %s: %s",
             ev,
-            lane.spec.dlq_topic,
+            topic,
             ev.attempt,
             type(cause).__name__,
             cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
         )
         more = self.table.finish([(lane, ev, state)])
-        if more:
+        if more and not self.closed:
             self._dispatch(more)
 
     def halt(self, error: BaseException) -> None:

@@ -55,8 +55,6 @@ class Engine(Protocol):
 
     def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
 
-    def needs_thread(self, lane: Lane, ev: Event, err: BaseException) -> bool: ...
-
     def hand_back(self, rest: list[Head]) -> None: ...
 
     def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
@@ -431,13 +429,9 @@ class AsyncPool:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
         for lane, ev, state, failure in run.failed:
-            if engine.needs_thread(lane, ev, failure):
-                # dead-lettering blocks on the producer: keep it off the event loop
-                await asyncio.get_running_loop().run_in_executor(
-                    None, engine.after_safe, lane, ev, state, failure
-                )
-            else:
-                engine.after_safe(lane, ev, state, failure)
+            # never blocks: a retry parks its lane on the timer, a dead letter is sent in the
+            # background and finishes its event from the sink's thread
+            engine.after_safe(lane, ev, state, failure)
         return engine.continue_(more) if more else more
 
     def close(self, deadline: float) -> None:

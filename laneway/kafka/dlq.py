@@ -1,4 +1,9 @@
-"""The dead-letter writer: an idempotent producer that blocks until the record is durable.
+"""The dead-letter writer: an idempotent producer that sends letters in the background.
+
+:meth:`KafkaDeadLetters.send` never waits for the broker: it produces the letter and returns,
+and a thread of its own serves the delivery reports and calls the letter's ``on_done`` once
+the broker has it durably (or once it cannot have it). librdkafka batches the letters
+(``linger.ms``), so a burst of failures costs a few requests, not one per letter.
 
 A dead letter is the original record (key, value, headers) plus Laneway's error headers, so it
 is larger than the record it copies. When a record near the size limit (the producer's
@@ -8,6 +13,17 @@ record's headers, and says so in ``laneway.dropped``. The ``laneway.original.*``
 say where the original is; ``laneway dlq redrive`` reads a dropped value from there. Without
 this, such a record could not be dead-lettered at all: its partition stopped on it, at every
 restart.
+
+The broker refuses a batch over the topic's ``max.message.bytes`` whole, however small each of
+its letters (the client caps a batch by its own ``message.max.bytes``, not by the topic's). A
+letter refused as too large in a batch is therefore sent again *alone*, at the same level, by a
+second producer that sends one letter per request; only when it is refused alone is it sent
+lighter. So two letters that fit one by one never lose their tracebacks for being batched.
+
+Threads: ``send`` is called by any thread (workers, consumer threads, the asyncio loop); the
+poll thread (started by :meth:`~KafkaDeadLetters.start`, stopped by
+:meth:`~KafkaDeadLetters.close`) runs the delivery reports, the lighter or lone sends that
+follow a refusal, and every ``on_done``.
 """
 
 from __future__ import annotations
@@ -20,6 +36,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from laneway.engine.events import Event
+from laneway.engine.handlers import LetterDone
 from laneway.engine.outcomes import format_error
 from laneway.errors import DeadLetterError
 from laneway.kafka import headers as h
@@ -34,6 +51,8 @@ _CLIENT_LOG = librdkafka_logger("laneway.kafka.client.dlq")  # librdkafka's line
 _MAX_TRACEBACK = 8000
 #: the error message kept in a letter that had to leave its traceback out
 _SHORT_MESSAGE = 500
+#: the poll thread's wait for a delivery report (it wakes at once when one comes)
+_POLL = 0.05
 
 
 _Header = tuple[str, str | bytes | None]
@@ -93,71 +112,171 @@ def _lighter(
     return (None if level >= 2 else event.value), lighter
 
 
-class _TooLarge(Exception):
-    """The letter is over a size limit (the producer's or the broker's)."""
+class _Letter:
+    """One event's dead letter on its way: its level (how much it leaves out), whether it goes
+    alone, and the ``on_done`` to call once."""
+
+    __slots__ = ("alone", "error", "event", "level", "on_done", "reason", "topic", "writer")
+
+    def __init__(
+        self,
+        writer: KafkaDeadLetters,
+        event: Event,
+        error: BaseException,
+        *,
+        reason: str,
+        topic: str,
+        on_done: LetterDone,
+    ) -> None:
+        self.writer, self.event, self.error = writer, event, error
+        self.reason, self.topic = reason, topic
+        self.on_done: LetterDone | None = on_done
+        self.level = 0
+        self.alone = False
+
+    def produce(self) -> None:
+        """Hand the letter to a producer; a letter over the producer's own limit is made
+        lighter at once. Never raises: a failure goes to ``on_done``."""
+        ev = self.event
+        while True:
+            producer = self.writer.producer(alone=self.alone)
+            if producer is None:
+                self.done(DeadLetterError("the dead-letter producer is closed"))
+                return
+            value, headers = _lighter(ev, self.error, self.reason, self.level)
+            try:
+                producer.produce(
+                    self.topic, key=ev.key, value=value, headers=headers, on_delivery=self.delivered
+                )
+            except KafkaException as exc:
+                kerr = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if kerr is not None and kerr.code() in TOO_LARGE and self.lighten(str(exc)):
+                    continue
+                self.done(DeadLetterError(f"producing to {self.topic} failed: {exc}"))
+            except Exception as exc:  # BufferError: the producer's queue is full
+                self.done(DeadLetterError(f"producing to {self.topic} failed: {exc}"))
+            return
+
+    def delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        """The delivery report (on the poll thread, or on the closing one in its flush)."""
+        if err is None:
+            self.done(None)
+        elif err.code() in TOO_LARGE and not self.alone:
+            ev = self.event
+            logger.info(
+                "the dead letter of %s/%d/%d was refused in a batch by %s (%s): sending it alone",
+                *(ev.topic, ev.partition, ev.offset, self.topic, err.str()),
+            )
+            self.alone = True  # maybe only the batch it was in was too large: alone, as it is
+            self.produce()
+        elif err.code() in TOO_LARGE and self.lighten(err.str()):
+            self.produce()
+        elif err.code() == KafkaError._MSG_TIMED_OUT:
+            self.done(
+                DeadLetterError(f"no acknowledgement from {self.topic} within {self.writer.timeout:.0f}s")
+            )
+        elif err.code() in TOO_LARGE:
+            self.done(DeadLetterError(f"producing to {self.topic} failed: {err.str()}"))
+        else:
+            self.done(DeadLetterError(f"{self.topic} refused the dead letter: {err.str()}"))
+
+    def lighten(self, why: str) -> bool:
+        """Leave more out (module docstring); False when nothing more can be left out."""
+        if self.level == 2:
+            return False
+        ev = self.event
+        logger.warning(
+            "the dead letter of %s/%d/%d is too large for %s (%s): sending it without its %s",
+            *(ev.topic, ev.partition, ev.offset, self.topic, why),
+            "traceback" if self.level == 0 else "value and original headers",
+        )
+        self.level += 1
+        self.alone = True  # it is near the limit: a batch would not take it
+        return True
+
+    def done(self, failure: DeadLetterError | None) -> None:
+        on_done, self.on_done = self.on_done, None
+        if on_done is None:
+            return
+        try:
+            on_done(failure)
+        except Exception:  # never into librdkafka's poll: it would raise there
+            logger.exception("the dead letter of %r: its on_done raised", self.event)
 
 
 class KafkaDeadLetters:
-    """:class:`~laneway.engine.handlers.DeadLetterSink` on an idempotent confluent-kafka producer."""
+    """:class:`~laneway.engine.handlers.DeadLetterSink` on idempotent confluent-kafka producers.
+
+    ``timeout``: how long a letter may wait for its acknowledgement (librdkafka's
+    ``message.timeout.ms``, unless ``config`` sets it) before it fails with
+    :class:`~laneway.errors.DeadLetterError`.
+    """
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
-        # one letter per request: the client caps a request by its own message.max.bytes, not by
-        # the topic's max.message.bytes, and the broker refuses a request over it whole, so two
-        # letters that fit one by one would both be refused (and both sent again lighter)
-        conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, **config, "batch.num.messages": 1}
-        self._producer: Producer | None = Producer(conf, logger=_CLIENT_LOG)
-        self._timeout = timeout
+        defaults = {"enable.idempotence": True, "acks": "all", "message.timeout.ms": int(timeout * 1000)}
+        self._conf = {**defaults, "linger.ms": 5, **config}
+        self.timeout = int(self._conf["message.timeout.ms"]) / 1000
+        # one letter per request (module docstring)
+        self._alone_conf = {**defaults, **config, "linger.ms": 0, "batch.num.messages": 1}
+        self._producer: Producer | None = Producer(self._conf, logger=_CLIENT_LOG)
+        self._alone: Producer | None = None  # made on the first refusal of a batch
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
-    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
-        for level in range(3):
-            value, headers = _lighter(event, error, reason, level)
-            try:
-                self._send(topic, event.key, value, headers)
-            except _TooLarge as exc:
-                if level == 2:
-                    raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
-                logger.warning(
-                    "the dead letter of %s/%d/%d is too large for %s (%s): sending it without its %s",
-                    *(event.topic, event.partition, event.offset, topic, exc),
-                    "traceback" if level == 0 else "value and original headers",
-                )
-                continue
-            return
-
-    def _send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[_Header]) -> None:
-        producer = self._producer
-        if producer is None:
-            raise DeadLetterError("the dead-letter producer is closed")
-        done = threading.Event()
-        outcome: list[KafkaError | None] = []
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            outcome.append(err)
-            done.set()
-
+    def start(self) -> None:
+        """Start the poll thread (idempotent; :meth:`send` calls it)."""
         with self._lock:
-            try:
-                producer.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered)
-            except KafkaException as exc:
-                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in TOO_LARGE:
-                    raise _TooLarge(str(exc)) from exc
-                raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
-            except Exception as exc:  # BufferError: unknown topic
-                raise DeadLetterError(f"producing to {topic} failed: {exc}") from exc
-        remaining = self._timeout
-        while not done.is_set() and remaining > 0:
-            producer.poll(0.1)
-            remaining -= 0.1
-        if not done.is_set():
-            raise DeadLetterError(f"no acknowledgement from {topic} within {self._timeout:.0f}s")
-        err = outcome[0]
-        if err is not None:
-            if err.code() in TOO_LARGE:
-                raise _TooLarge(str(err))
-            raise DeadLetterError(f"{topic} refused the dead letter: {err}")
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._poll, name="laneway-dlq", daemon=True)
+            self._thread.start()
+
+    def send(
+        self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
+    ) -> None:
+        """Produce the dead letter of ``event`` and return; ``on_done`` follows (see
+        :class:`~laneway.engine.handlers.DeadLetterSink`)."""
+        if self._thread is None:
+            self.start()
+        letter = _Letter(self, event, error, reason=reason, topic=topic, on_done=on_done)
+        if self._closed:
+            letter.done(DeadLetterError("the dead-letter producer is closed"))
+            return
+        letter.produce()
+
+    def producer(self, *, alone: bool) -> Producer | None:
+        """The batching producer, or the one that sends one letter per request (made on first
+        use); None once closed."""
+        if not alone:
+            return self._producer
+        with self._lock:
+            if self._alone is None and self._producer is not None:
+                self._alone = Producer(self._alone_conf, logger=_CLIENT_LOG)
+            return self._alone
+
+    def _poll(self) -> None:
+        while not self._stopping.is_set():
+            producer, alone = self._producer, self._alone
+            if producer is None:
+                return
+            producer.poll(_POLL)
+            if alone is not None:
+                alone.poll(0)
 
     def close(self) -> None:
+        """Stop taking letters, wait up to ``timeout`` for those in flight (their ``on_done``
+        runs here), and release librdkafka's threads."""
+        with self._lock:
+            self._closed = True
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
         if self._producer is not None:
-            self._producer.flush(self._timeout)
-            self._producer = None  # release librdkafka's threads now
+            # the batching one first: a letter it had refused may go on to the lone one
+            self._producer.flush(self.timeout)
+            if self._alone is not None:
+                self._alone.flush(self.timeout)
+            with self._lock:
+                self._producer = self._alone = None  # release librdkafka's threads now

@@ -37,9 +37,10 @@ two writers use a bare confluent-kafka producer instead, for these reasons:
 - The emitted records' transaction has another contract. :meth:`TransactionalProducer.commit`
   retries a retriable failure once. The engine halts on any failure
   (:class:`~laneway.kafka.commit.OutputError`), so that a restart redoes the work exactly once.
-- The dead-letter writer (:mod:`laneway.kafka.dlq`) sends one letter per request
-  (``batch.num.messages=1``, ``linger.ms=0``) and waits for each. It reads the size-limit
-  code (:data:`TOO_LARGE`) at ``produce`` and at delivery to send the letter again lighter.
+- The dead-letter writer (:mod:`laneway.kafka.dlq`) reports each letter to a callback
+  that finishes its event, not to a future. It reads the size-limit code
+  (:data:`TOO_LARGE`) at ``produce`` and at delivery to send a letter again alone (one letter
+  per request), then lighter.
 """
 
 from __future__ import annotations

@@ -114,10 +114,18 @@ def test_the_producers_own_size_limit_is_refused_locally_and_the_letter_sent_lig
         raise ValueError("cannot apply: " + "x" * 6_000)
     except ValueError as exc:
         error = exc
+    outcome: list[BaseException | None] = []
     try:
-        letters.send(Event("orders", 0, 7, b"k", value), error, reason="handler failed", topic=dlq)
+        letters.send(
+            Event("orders", 0, 7, b"k", value),
+            error,
+            reason="handler failed",
+            topic=dlq,
+            on_done=outcome.append,
+        )
     finally:
-        letters.close()
+        letters.close()  # waits for the letter in flight
+    assert outcome == [None]
     [letter] = _read_all(kafka_bootstrap, dlq, 1)
     info = h.decode(letter.headers())  # type: ignore[attr-defined]
     assert info[h.DROPPED] == "traceback,message" and h.TRACEBACK not in info

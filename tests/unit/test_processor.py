@@ -17,7 +17,7 @@ from laneway import ConfigError, Delay, HandlerFailed, Retry
 from laneway.engine import cost as cost_module
 from laneway.engine import lanes as lanes_module
 from laneway.engine.events import Event
-from laneway.engine.handlers import HandlerSpec
+from laneway.engine.handlers import HandlerSpec, LetterDone
 from laneway.engine.metrics import NoopMetrics
 from laneway.engine.processor import Processor
 
@@ -27,9 +27,12 @@ class FakeDeadLetters:
         self.sent: list[tuple[Event, BaseException, str, str]] = []
         self.lock = threading.Lock()
 
-    def send(self, event: Event, error: BaseException, *, reason: str, topic: str) -> None:
+    def send(
+        self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
+    ) -> None:
         with self.lock:
             self.sent.append((event, error, reason, topic))
+        on_done(None)
 
 
 def events(n: int, keys: int, partitions: int = 2, topic: str = "t") -> list[Event]:

@@ -210,3 +210,48 @@ def test_one_blocked_call_holds_only_its_own_key_not_its_chunk_mates(
         release.set()
     wait_for(lambda: len(handled) == 2100)
     assert proc.final_positions([TP0]) == {TP0: offset + 100}
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_a_retry_backoff_holds_its_lane_only_never_a_thread(procs: list[Processor], kind: str) -> None:
+    """A failed attempt waiting for its backoff holds no thread: with one worker, a cheap handler
+    (run on the submitting thread) and a clock that does not move, every other key finishes
+    while the failed key waits; its later event waits behind it, and the commit below it."""
+    now = [1000.0]
+    handled: list[bytes] = []
+    attempts: list[int] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"retry":
+            attempts.append(ev.attempt)
+            if ev.value == b"first" and ev.attempt == 1:
+                raise ConnectionError("try again")
+        handled.append(ev.key or b"")
+
+    async def ahandle(ev: Event) -> None:
+        handle(ev)
+
+    fn: Callable[[Event], Any] = handle if kind == "plain" else ahandle
+    spec = HandlerSpec(topic="t", fn=fn, retry=Retry(max_attempts=3, initial_backoff=0.05, jitter=0))
+    proc = Processor({"t": spec}, concurrency=1, dead_letters=FakeDeadLetters(), clock=lambda: now[0])
+    procs.append(proc)
+    proc.assign([TP0])
+    offset = 0
+    for _ in range(5):  # measured cheap (a plain one then runs on this thread)
+        proc.submit([Event("t", 0, offset + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
+        offset += 200
+    wait_for(lambda: len(handled) == 1000)
+    first = offset
+    proc.submit([Event("t", 0, first, b"retry", b"first", size=1)])
+    wait_for(lambda: attempts == [1])
+    for _ in range(5):  # during the backoff (the clock stands still): other keys, and the same key
+        proc.submit([Event("t", 0, offset + 1 + i, f"k{i % 50}".encode(), b"v", size=1) for i in range(100)])
+        offset += 100
+    proc.submit([Event("t", 0, offset + 1, b"retry", b"after", size=1)])
+    wait_for(lambda: len(handled) == 1500)  # every other key finished during the backoff
+    assert attempts == [1] and b"retry" not in handled  # the key waits, its later event behind it
+    assert proc.final_positions([TP0]) == {TP0: first}
+    now[0] += 1.0  # the backoff is over
+    wait_for(lambda: handled.count(b"retry") == 2)
+    assert attempts == [1, 2, 1]  # the retry, then the key's next event
+    assert proc.final_positions([TP0]) == {TP0: offset + 2}

@@ -37,7 +37,7 @@ from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.logs import librdkafka_logger
 
 if TYPE_CHECKING:
-    from laneway.kafka.source import SourceMetrics
+    from laneway.kafka.hooks import SourceMetrics
 
 __all__ = [
     "AtLeastOnceCommitter",

@@ -23,7 +23,6 @@ drops the partitions' work and their positions are committed synchronously."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -43,8 +42,10 @@ from laneway.engine.events import Event
 from laneway.engine.flow import batch_wanted, intake, key_cap, needs_room, plan, room_target, share
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.commit import OutputError, make_committer, metadata_limit, read_finished
+from laneway.kafka.commit import OutputError, make_committer, metadata_limit
+from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
+from laneway.kafka.rebalance import RebalanceCallbacks
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
@@ -58,29 +59,7 @@ _PAUSED_POLL = 0.005
 _ROOM_WAIT = 0.1
 
 
-class SourceMetrics:
-    """Hooks the source calls; the Prometheus version is in :mod:`laneway.monitor.metrics`."""
-
-    def rebalance(self, kind: str, partitions: int) -> None:
-        pass
-
-    def commit(self, ok: bool) -> None:
-        pass
-
-    def paused(self, consumer: str, partitions: int) -> None:
-        """``consumer`` (a thread name) has ``partitions`` paused now."""
-
-    def lag(self, topic: str, partition: int, lag: int) -> None:
-        pass
-
-    def forget_partition(self, topic: str, partition: int) -> None:
-        pass
-
-    def consumed(self, count: int) -> None:
-        pass
-
-
-class KafkaSource:
+class KafkaSource(RebalanceCallbacks):
     """One consumer thread feeding a shared :class:`Processor`.
 
     It receives the app's frozen settings: ``backpressure``, ``timeouts`` (``commit_interval``,
@@ -453,69 +432,6 @@ class KafkaSource:
                 pos = self._consumer.position([TopicPartition(topic, partition)])[0].offset
             if high is not None and high >= 0 and pos >= 0:
                 self._metrics.lag(topic, partition, max(0, high - pos))
-
-    # ------------------------------------------------------------------ rebalances
-
-    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in parts]
-        read = read_finished(consumer, parts) if parts and self._metadata_limit else {}
-        if read:
-            # fetch from the very position the metadata counts from
-            parts = [
-                TopicPartition(p.topic, p.partition, read[tp][0]) if tp in read else p
-                for p, tp in zip(parts, tps, strict=True)
-            ]
-            logger.info(
-                "assigned with %d finished offset(s) past the committed positions to skip",
-                sum(len(f) for _, f in read.values()),
-            )
-        self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
-        self._assigned.update(tps)
-        self.lost_group = False
-        self._metrics.rebalance("assign", len(parts))
-        logger.info("assigned %s", sorted(tps))
-        if not parts:
-            return
-        # Assign explicitly, then set the pause state: librdkafka keeps a partition's pause flag
-        # across a revoke and a later re-assignment to the same consumer, so a partition paused by
-        # backpressure, revoked and given back would otherwise never be fetched again.
-        if self._incremental:
-            consumer.incremental_assign(parts)
-        else:
-            consumer.assign(parts)
-        if self._paused:
-            consumer.pause(parts)
-        else:
-            consumer.resume(parts)
-
-    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in parts]
-        with contextlib.suppress(KafkaException):
-            consumer.resume(parts)  # leave no pause flag behind on partitions we give away
-        commits = self._processor.revoke_commits(
-            tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
-        )
-        self._committer.commit(commits, asynchronous=False)
-        self._assigned.difference_update(tps)
-        self._held.difference_update(tps)
-        for t, p in tps:
-            self._metrics.forget_partition(t, p)
-        self._metrics.rebalance("revoke", len(parts))
-        logger.info("revoked %s, committed %s", sorted(tps), {tp: pos for tp, (pos, _) in commits.items()})
-
-    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in parts]
-        self._processor.revoke(tps, 0.0, owner=self)  # not ours any more: drop, do not commit
-        self._processor.discard_outputs(tps)
-        self._assigned.difference_update(tps)
-        self._held.difference_update(tps)
-        for t, p in tps:
-            self._metrics.forget_partition(t, p)
-        self.lost_group = True
-        self._metrics.rebalance("lost", len(parts))
-        logger.warning(
-            "lost %s (session timeout or fencing); their work will be redone elsewhere", sorted(tps)
-        )
 
     # ------------------------------------------------------------------ shutdown
 

@@ -49,7 +49,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from laneway.kafka.source import SourceMetrics
+from laneway.kafka.hooks import SourceMetrics
 
 __all__ = ["HealthServer", "PrometheusMetrics"]
 

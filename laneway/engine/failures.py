@@ -1,0 +1,150 @@
+"""What the processor does after an attempt: finish it, or retry, dead-letter or halt.
+
+:func:`~laneway.engine.outcomes.decide` says which; :class:`FailurePaths` carries it out for
+the :class:`~laneway.engine.processor.Processor`, which it is a part of (a mixin: the
+attributes below are the processor's). None of it blocks: a retry parks its lane on the timer,
+and a dead letter is sent in the background, its event unfinished until acknowledged.
+
+Threads: called by whichever thread ran the attempt (a worker, the loop, a submitter), and by
+the dead-letter sink's thread for its acknowledgements; the state they touch is the lane
+table's, under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from laneway.engine.events import Event
+from laneway.engine.handlers import DeadLetterSink
+from laneway.engine.lanes import FinishingLock, Lane, LaneTable
+from laneway.engine.metrics import Metrics
+from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
+from laneway.engine.partitions import PartitionState
+from laneway.errors import DeadLetterError, HandlerFailed
+
+__all__ = ["FailurePaths"]
+
+logger = logging.getLogger("laneway.engine.processor")
+
+
+class FailurePaths:
+    """The processor's outcome paths (see the module's docstring)."""
+
+    table: LaneTable
+    metrics: Metrics
+    fatal: BaseException | None
+    closed: bool
+    _clock: Callable[[], float]
+    _dead_letters: DeadLetterSink
+    _lock: FinishingLock
+    _on_fatal: Callable[[BaseException], None] | None
+
+    def _dispatch(self, lanes: list[Lane], inline: bool = False) -> None:
+        raise NotImplementedError  # the processor's
+
+    def _park(self, due: float, lane: Lane) -> None:
+        raise NotImplementedError  # the processor's
+
+    def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
+        """Carry out an attempt's outcome: finish it, or retry, dead-letter or halt. Never
+        blocks: a retry parks the lane on the timer (its thread goes on with other lanes), and
+        a dead letter is sent in the background (:meth:`_dead_letter`)."""
+        if err is None:
+            more = self.table.finish([(lane, ev, state)])
+            if more:
+                self._dispatch(more)
+            return
+        now = self._clock()
+        ev.first_failure = ev.first_failure or now
+        ev.last_failure = now
+        ev.error = err
+        self.metrics.failed_attempt(ev.topic, type(cause_of(err)).__name__)
+        action = decide(lane.spec, ev, err)
+        if action == "retry":
+            backoff = lane.spec.retry.backoff(ev.attempt)
+            ev.attempt += 1
+            self.metrics.retried(ev.topic)
+            self.table.release([state])
+            self._park(self._clock() + backoff, lane)
+            return
+        if not isinstance(err, Exception):
+            logger.error(
+                "handler for %s raised %s on %r: treated as a failure, not retried",
+                ev.topic,
+                type(err).__name__,
+                ev,
+            )
+        if action == "dead_letter":
+            self._dead_letter(lane, ev, state, err)
+        else:
+            self.table.release([state])
+            self.halt(HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt, err))
+
+    def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
+        try:
+            self.after(lane, ev, state, err)
+        except Exception as exc:
+            self.halt(exc)
+
+    def _dead_letter(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException) -> None:
+        """Hand the event's letter to the sink and return at once. The event stays running
+        until the sink's acknowledgement: its key's later events wait, the partition's commit
+        position stays below it, and a revoke or a drain waits for it. :meth:`_lettered`
+        finishes it (or halts), on whichever thread the sink calls back on."""
+        reason = "deserialize" if is_unreadable(err) else "handler"
+        cause = cause_of(err)
+        ev.outputs = None  # a dead-lettered event emits nothing
+        called: list[bool] = []
+
+        def on_done(failure: BaseException | None) -> None:
+            if not called:  # once, whatever the sink does
+                called.append(True)
+                self._lettered(lane, ev, state, cause, reason, failure)
+
+        try:
+            self._dead_letters.send(ev, cause, reason=reason, topic=lane.spec.dlq_topic, on_done=on_done)
+        except Exception as exc:  # a sink that raises instead of reporting
+            on_done(exc)
+
+    def _lettered(
+        self,
+        lane: Lane,
+        ev: Event,
+        state: PartitionState,
+        cause: BaseException,
+        reason: str,
+        failure: BaseException | None,
+    ) -> None:
+        """The sink's answer for ``ev``'s letter: finish the event and go on with its lane, or
+        halt without finishing it."""
+        topic = lane.spec.dlq_topic
+        if failure is not None:
+            self.table.release([state])
+            error = DeadLetterError(f"could not dead-letter {ev!r} to {topic}: {failure}")
+            error.__cause__ = failure
+            self.halt(error)
+            return
+        self.metrics.dead_lettered(ev.topic, reason)
+        logger.warning(
+            "dead-lettered %r to %s after %d attempt(s): %s: %s",
+            ev,
+            topic,
+            ev.attempt,
+            type(cause).__name__,
+            cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
+        )
+        more = self.table.finish([(lane, ev, state)])
+        if more and not self.closed:
+            self._dispatch(more)
+
+    def halt(self, error: BaseException) -> None:
+        with self._lock:
+            if self.fatal is None:
+                self.fatal = error
+            self.table.changed.notify_all()
+            self.table.room.notify_all()
+        cause = error.__cause__ or error
+        logger.error("halting: %s", error, exc_info=(type(cause), cause, cause.__traceback__))
+        if self._on_fatal is not None:
+            self._on_fatal(error)

@@ -1,0 +1,27 @@
+"""The metric hooks a consumer source calls, with no-op bodies (the default)."""
+
+from __future__ import annotations
+
+__all__ = ["SourceMetrics"]
+
+
+class SourceMetrics:
+    """Hooks the source calls; the Prometheus version is in :mod:`laneway.monitor.metrics`."""
+
+    def rebalance(self, kind: str, partitions: int) -> None:
+        pass
+
+    def commit(self, ok: bool) -> None:
+        pass
+
+    def paused(self, consumer: str, partitions: int) -> None:
+        """``consumer`` (a thread name) has ``partitions`` paused now."""
+
+    def lag(self, topic: str, partition: int, lag: int) -> None:
+        pass
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        pass
+
+    def consumed(self, count: int) -> None:
+        pass

@@ -1,0 +1,103 @@
+"""A consumer's rebalance callbacks: partitions assigned, revoked or lost.
+
+They run inside ``poll`` on the consumer's thread, as a part of
+:class:`~laneway.kafka.source.KafkaSource` (a mixin: the attributes below are the source's).
+
+* assigned: the group's commit metadata is read back, so records finished before the
+  partition moved are skipped when they come again; the partitions are assigned explicitly
+  with the source's pause state;
+* revoked: the processor finishes or drops the partitions' work and their positions (with
+  their metadata) are committed synchronously;
+* lost: their work is dropped uncommitted; another consumer redoes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from laneway.engine.processor import Processor
+from laneway.kafka.commit import Committer, read_finished
+from laneway.kafka.hooks import SourceMetrics
+
+__all__ = ["RebalanceCallbacks"]
+
+logger = logging.getLogger("laneway.kafka.source")
+
+
+class RebalanceCallbacks:
+    """The source's ``on_assign``, ``on_revoke`` and ``on_lost``."""
+
+    _processor: Processor
+    _committer: Committer
+    _metrics: SourceMetrics
+    _assigned: set[tuple[str, int]]
+    _held: set[tuple[str, int]]
+    _metadata_limit: int
+    _revoke_timeout: float
+    _incremental: bool
+    _paused: bool
+    lost_group: bool
+
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        read = read_finished(consumer, parts) if parts and self._metadata_limit else {}
+        if read:
+            # fetch from the very position the metadata counts from
+            parts = [
+                TopicPartition(p.topic, p.partition, read[tp][0]) if tp in read else p
+                for p, tp in zip(parts, tps, strict=True)
+            ]
+            logger.info(
+                "assigned with %d finished offset(s) past the committed positions to skip",
+                sum(len(f) for _, f in read.values()),
+            )
+        self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
+        self._assigned.update(tps)
+        self.lost_group = False
+        self._metrics.rebalance("assign", len(parts))
+        logger.info("assigned %s", sorted(tps))
+        if not parts:
+            return
+        # Assign explicitly, then set the pause state: librdkafka keeps a partition's pause flag
+        # across a revoke and a later re-assignment to the same consumer, so a partition paused by
+        # backpressure, revoked and given back would otherwise never be fetched again.
+        if self._incremental:
+            consumer.incremental_assign(parts)
+        else:
+            consumer.assign(parts)
+        if self._paused:
+            consumer.pause(parts)
+        else:
+            consumer.resume(parts)
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        with contextlib.suppress(KafkaException):
+            consumer.resume(parts)  # leave no pause flag behind on partitions we give away
+        commits = self._processor.revoke_commits(
+            tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
+        )
+        self._committer.commit(commits, asynchronous=False)
+        self._assigned.difference_update(tps)
+        self._held.difference_update(tps)
+        for t, p in tps:
+            self._metrics.forget_partition(t, p)
+        self._metrics.rebalance("revoke", len(parts))
+        logger.info("revoked %s, committed %s", sorted(tps), {tp: pos for tp, (pos, _) in commits.items()})
+
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        self._processor.revoke(tps, 0.0, owner=self)  # not ours any more: drop, do not commit
+        self._processor.discard_outputs(tps)
+        self._assigned.difference_update(tps)
+        self._held.difference_update(tps)
+        for t, p in tps:
+            self._metrics.forget_partition(t, p)
+        self.lost_group = True
+        self._metrics.rebalance("lost", len(parts))
+        logger.warning(
+            "lost %s (session timeout or fencing); their work will be redone elsewhere", sorted(tps)
+        )

@@ -13,8 +13,8 @@ on ``PYTHONPATH``), so old code runs the same scenarios as new code:
   (c) 3% of records failing once. Target: b/a and c/a >= 0.8.
 * ``partitions``: ``ordering="partition"``, a plain handler sleeping 1 ms, concurrency 16:
   the lanes busy, from the per-partition counts sampled every 100 ms. Target: >= 0.9 x 12.
-* ``restart``: kill -9 mid-backlog (a 10% hot key, 3% of records failing once; killed 3 s
-  after the first record), then a stuck key (its first record blocks 20 s, killed at 10 s);
+* ``restart``: kill -9 mid-backlog (a 10% hot key, 3% of records failing once, 1 ms per
+  record; killed 3 s after the first record), then a stuck key (its first record blocks 20 s, killed at 10 s);
   a restart drains the rest. Records run again after the kill, against those finished in the
   last commit interval plus those in flight.
 * ``hotkey-conflate``: a 20% hot key, 5 ms per call, with and without ``conflate=True``:
@@ -417,7 +417,7 @@ def restart(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> lis
     for rep in range(repeats):
         for name in names:
             figures, problem = _kill_and_restart(
-                lab, name, hot_topic, hot_ends, 3.0, n // 2, retry=RETRY, fail_once=0.03
+                lab, name, hot_topic, hot_ends, 3.0, n // 2, retry=RETRY, fail_once=0.03, sleep_s=0.001
             )
             runs.add(rep, "hot-key", name, figures, problem)
         for name in names:

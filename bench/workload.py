@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HEADER", "VALUE_SIZE", "Recorder", "RunSpec", "encode", "key_for", "quantiles"]
+__all__ = ["HEADER", "VALUE_SIZE", "Recorder", "RunSpec", "chosen", "encode", "key_for", "quantiles"]
 
 #: key id (u32), per-key sequence (u32), produce time ns (i64), measured flag (u8)
 HEADER = struct.Struct("<IIqB")
@@ -28,6 +28,16 @@ HOT_KEY = 0
 
 def key_for(kid: int) -> bytes:
     return b"k%d" % kid
+
+
+def chosen(kid: int, seq: int, fraction: float, salt: int) -> bool:
+    """Whether record ``(kid, seq)`` is in a ``fraction`` of the records picked by ``salt``
+    (deterministic: the harness and the handler agree without talking)."""
+    x = (kid * 0x9E3779B1 + seq * 0x85EBCA77 + salt * 0xC2B2AE3D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    x ^= x >> 12
+    return x < fraction * 0x100000000
 
 
 def encode(kid: int, seq: int, measured: bool = True, ts_ns: int | None = None) -> bytes:
@@ -53,6 +63,19 @@ class RunSpec:
     track_offsets: bool = True  # per-offset duplicate check (off for the memory run)
     latency: bool = False
     timeout: float = 600.0
+    # options of the adversity scenarios (bench/adversity.py); the defaults change nothing
+    ordering: str = ""  # "key", "partition" or "unordered"; "" = the contender's own
+    retry: list[float] = field(default_factory=list)  # [max_attempts, initial_backoff, max_backoff]
+    poison: float = 0.0  # this fraction of records always raises (chosen(..., salt=1))
+    fail_once: float = 0.0  # this fraction raises on its first attempt only (salt=2)
+    conflate: bool = False  # App.handler(conflate=True)
+    dead_letter_topic: str = ""  # "" = <topic>.dlq
+    lane_sample_s: float = 0.0  # sample the per-partition handled counts this often
+    log_path: str = ""  # append "s P O" before and "f P O TIME" after each handled record
+    stuck_key: int = -1  # the first record of this key blocks for stuck_s
+    stuck_s: float = 0.0
+    final_seqs: list[int] = field(default_factory=list)  # per key: done once each last one ran
+    kafka_config: dict[str, Any] = field(default_factory=dict)
 
 
 class Recorder:
@@ -106,6 +129,18 @@ class Recorder:
         if measured and self.lat_other is not None:
             lat = time.time_ns() - ts_ns
             (self.lat_hot if kid == HOT_KEY else self.lat_other).append(lat)  # type: ignore[union-attr]
+        n = next(self._count)
+        if n == 1:
+            self.t_first = time.perf_counter()
+            self.cpu_first = time.process_time()
+        if n == self.limit:
+            self.t_last = time.perf_counter()
+            self.cpu_last = time.process_time()
+            self.done.set()
+
+    def tick(self) -> None:
+        """Count a record that leaves without :meth:`handle` (dead-lettered at its last
+        attempt): it moves the run towards its limit, unchecked."""
         n = next(self._count)
         if n == 1:
             self.t_first = time.perf_counter()

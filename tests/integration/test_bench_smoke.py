@@ -15,6 +15,7 @@ import pytest
 
 from bench.__main__ import main
 from bench.ab import main as ab_main
+from bench.adversity import main as adversity_main
 
 CONTENDERS = ["raw", "partition-seq", "laneway-key", "laneway-unordered", "arroyo"]
 
@@ -62,3 +63,25 @@ def test_code_against_code_side_by_side(kafka_bootstrap: str, capsys: pytest.Cap
     assert code == 0, out
     assert out.count(" ok") == 2  # both runs passed their checks
     assert "x ceiling" in out  # laneway's median as a ratio of the first variant's
+
+
+def test_adversity_failures_on_a_tiny_input(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Poison records are dead-lettered exactly once, failing-once records are not, and every
+    handled offset is counted once: the checks ``bench.adversity`` fails a run on."""
+    root = str(Path(__file__).resolve().parents[2])
+    code = adversity_main(
+        [
+            f"--bootstrap={kafka_bootstrap}",
+            "--records=1200",
+            "--repeats=1",
+            "--scenarios=failures",
+            f"this={root}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    runs = [line for line in out.splitlines() if line.startswith("failures run 0")]
+    assert len(runs) == 3 and all(line.endswith(" ok") for line in runs), out
+    poisoned = next(line for line in runs if "b-poison" in line)
+    assert "dead letters 0 " not in poisoned  # 0.5% of 1,200 records are poison
+    assert "poison/none" in out

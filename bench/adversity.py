@@ -1,0 +1,558 @@
+"""Laneway under adversity, code against code: ``python -m bench.adversity NAME=CHECKOUT ...``.
+
+Runs each scenario on one broker (``LANEWAY_BOOTSTRAP``, else a local one) against every
+checkout, alternated run by run. Each run is a fresh ``python -m bench.child`` process of this
+tree's harness with the checkout's ``laneway`` package (a directory of two symlinks goes first
+on ``PYTHONPATH``), so old code runs the same scenarios as new code:
+
+    python -m bench.adversity before=/tmp/before after=. --scenarios failures,io
+
+* ``failures``: 12 partitions, 1,000 keys per partition, a cheap plain handler with
+  ``Retry(max_attempts=3, initial_backoff=0.005, max_backoff=0.05)``: (a) no failures,
+  (b) 0.5% poison records (always raise; each must be dead-lettered exactly once),
+  (c) 3% of records failing once. Target: b/a and c/a >= 0.8.
+* ``partitions``: ``ordering="partition"``, a plain handler sleeping 1 ms, concurrency 16:
+  the lanes busy, from the per-partition counts sampled every 100 ms. Target: >= 0.9 x 12.
+* ``restart``: kill -9 mid-backlog (a 10% hot key, 3% of records failing once, 1 ms per
+  record; killed 3 s after the first record), then a stuck key (its first record blocks 20 s, killed at 10 s);
+  a restart drains the rest. Records run again after the kill, against those finished in the
+  last commit interval plus those in flight.
+* ``hotkey-conflate``: a 20% hot key, 5 ms per call, with and without ``conflate=True``:
+  the time to drain the hot key ('not supported' on code without conflation).
+* ``io``: ``laneway-key-async`` sleeping 5 ms at concurrency 256, against the bare uvloop
+  ceiling (``bench.ceiling.run_asyncio``) measured in the same run. Target: >= 0.95x.
+
+Prints every run and the medians; exits 1 if a run failed its checks (count per key and per
+offset, the dead letters, nothing lost across a kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from bench.ceiling import run_asyncio
+from bench.kafka_io import Kafka
+from bench.workload import HEADER, HOT_KEY, chosen, encode
+from laneway.ops.broker import LocalBroker
+
+__all__ = ["SCENARIOS", "busy_lanes", "main", "parse_log", "parse_variants", "redone"]
+
+SCENARIOS = ("failures", "partitions", "restart", "hotkey-conflate", "io")
+#: total records per scenario (``--records`` sets them all); the stuck-key restart takes half
+DEFAULT_RECORDS = {
+    "failures": 240_000,
+    "partitions": 36_000,
+    "restart": 60_000,
+    "hotkey-conflate": 10_000,
+    "io": 100_000,
+}
+PARTITIONS = 12
+KEYS = 12_000  # 1,000 per partition
+RETRY = [3, 0.005, 0.05]
+COMMIT_INTERVAL = 1.0
+#: a killed member's partitions move after 6 s, not librdkafka's default 45 s
+QUICK_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_variants(items: list[str]) -> list[tuple[str, str]]:
+    """``NAME=CHECKOUT`` -> ``(name, absolute checkout)``; the checkout holds a ``laneway`` package."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        name, _, checkout = item.partition("=")
+        if not name or not checkout:
+            raise ValueError(f"expected NAME=CHECKOUT, got {item!r}")
+        if not Path(checkout, "laneway", "__init__.py").is_file():
+            raise ValueError(f"{checkout!r} has no laneway package ({item!r})")
+        if name in (n for n, _ in out):
+            raise ValueError(f"the name {name!r} is given twice")
+        out.append((name, str(Path(checkout).resolve())))
+    return out
+
+
+def busy_lanes(samples: list[list[int]]) -> float:
+    """The average number of partitions whose count advanced per sampling interval, over the
+    intervals from the first where any advanced to the last where any advanced."""
+    busy = [sum(b > a for a, b in zip(s0, s1, strict=True)) for s0, s1 in itertools.pairwise(samples)]
+    active = [i for i, n in enumerate(busy) if n]
+    return statistics.fmean(busy[active[0] : active[-1] + 1]) if active else 0.0
+
+
+def parse_log(text: str) -> tuple[set[tuple[int, int]], dict[tuple[int, int], float], int]:
+    """A handler log (``s P O`` before, ``f P O TIME`` after each record) -> the records
+    started, each finished one's last finish time, and the finishes beyond the first."""
+    started: set[tuple[int, int]] = set()
+    finished: dict[tuple[int, int], float] = {}
+    twice = 0
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "s":
+            started.add((int(parts[1]), int(parts[2])))
+        elif len(parts) == 4 and parts[0] == "f":
+            po = (int(parts[1]), int(parts[2]))
+            twice += po in finished
+            finished[po] = float(parts[3])
+    return started, finished, twice
+
+
+def redone(first: str, second: str, t_kill: float, commit_interval: float, ends: list[int]) -> dict[str, int]:
+    """What a kill at ``t_kill`` cost, from the logs of the run killed and of its restart.
+
+    ``redone``: records started before the kill and again after it. ``allowed``: those finished
+    within the last commit interval before the kill plus those in flight (started, unfinished).
+    ``lost``: offsets below ``ends`` finished by neither run; ``twice_after``: finished twice
+    after the restart."""
+    s1, f1, _ = parse_log(first)
+    s2, f2, twice = parse_log(second)
+    in_flight = len(s1 - f1.keys())
+    window = sum(t >= t_kill - commit_interval for t in f1.values())
+    done = f1.keys() | f2.keys()
+    lost = sum(1 for p, end in enumerate(ends) for o in range(end) if (p, o) not in done)
+    return {
+        "redone": len(s1 & s2),
+        "allowed": window + in_flight,
+        "in_flight": in_flight,
+        "window": window,
+        "finished_before": len(f1),
+        "lost": lost,
+        "twice_after": twice,
+    }
+
+
+def produce(bootstrap: str, topic: str, n: int, *, hot: float = 0.0, round_robin: int = 0) -> list[int]:
+    """``n`` records over ``KEYS`` keys (``hot`` of them on key 0; the rest uniform at random,
+    or on partitions in turn with ``round_robin``); returns each key's last sequence number."""
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "enable.idempotence": True,
+        }
+    )
+    rng, seqs, ts = random.Random(1), [0] * KEYS, time.time_ns()
+    for i in range(n):
+        kid = HOT_KEY if hot and rng.random() < hot else rng.randrange(1 if hot else 0, KEYS)
+        if round_robin:  # key kid on partition kid % round_robin, the partitions in turn
+            kid = i % round_robin + round_robin * rng.randrange(KEYS // round_robin)
+        seqs[kid] += 1
+        extra = {"partition": kid % round_robin} if round_robin else {}
+        while True:
+            try:
+                p.produce(topic, encode(kid, seqs[kid], False, ts), b"k%d" % kid, **extra)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    if p.flush(120) != 0:
+        raise RuntimeError(f"producing {n} records to {topic} did not finish")
+    return seqs
+
+
+class Lab:
+    """The broker, the checkouts' paths and the child processes."""
+
+    def __init__(self, bootstrap: str, variants: list[tuple[str, str]], tmp: Path) -> None:
+        self.bootstrap, self.tmp, self.kafka, self.n = bootstrap, tmp, Kafka(bootstrap), 0
+        self.started = 0
+        self.paths: dict[str, Path] = {}
+        for name, checkout in variants:
+            path = tmp / f"path-{name}"
+            path.mkdir()
+            (path / "bench").symlink_to(ROOT / "bench")
+            (path / "laneway").symlink_to(Path(checkout) / "laneway")
+            self.paths[name] = path
+
+    def topic(self, prefix: str, partitions: int = PARTITIONS) -> str:
+        return self.kafka.topic(f"adv-{prefix}", partitions)
+
+    def dlq(self, topic: str) -> str:
+        name = f"{topic}.dlq{self.n}"
+        self.kafka.admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        self.kafka.created.append(name)
+        return name
+
+    def spec(self, topic: str, limit: int, **options: Any) -> dict[str, Any]:
+        self.n += 1
+        return {
+            "contender": "laneway-key",
+            "bootstrap": self.bootstrap,
+            "topic": topic,
+            "group": f"bench-adv-{self.n}-{time.time_ns()}",
+            "partitions": PARTITIONS,
+            "keys": KEYS,
+            "limit": limit,
+            "commit_interval": COMMIT_INTERVAL,
+            "timeout": 300.0,
+            **options,
+        }
+
+    def start(self, name: str, spec: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+        self.started += 1
+        run = self.tmp / f"run-{self.started}-{name}"
+        run.mkdir()
+        (run / "spec.json").write_text(json.dumps(spec))
+        with (run / "stderr").open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.child", str(run / "spec.json"), str(run / "result.json")],
+                cwd=self.paths[name],
+                env={**os.environ, "PYTHONPATH": str(self.paths[name])},
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        return proc, run
+
+    def run(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        proc, run = self.start(name, spec)
+        try:
+            proc.wait(spec["timeout"] + 60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        result = run / "result.json"
+        if result.exists():
+            out: dict[str, Any] = json.loads(result.read_text())
+            return out
+        return {"error": f"exit {proc.returncode}: {(run / 'stderr').read_text()[-300:]}"}
+
+
+def dead_letters(bootstrap: str, topic: str) -> Counter[tuple[int, int]]:
+    """Each dead letter's record, as (key id, sequence number), counted."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-adv-dlq", "enable.auto.commit": False})
+    got: Counter[tuple[int, int]] = Counter()
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, lo)])
+        deadline, n = time.monotonic() + 30, 0
+        while n < hi - lo and time.monotonic() < deadline:
+            for m in c.consume(500, 1.0):
+                value = m.value()
+                if m.error() is None and value is not None:
+                    n += 1
+                    kid, seq = HEADER.unpack_from(value)[:2]
+                    got[(kid, seq)] += 1
+    finally:
+        c.close()
+    return got
+
+
+def problems(r: dict[str, Any], count: int | None, distinct: int | None) -> str:
+    """Why a child's result fails its checks ("" when it passes)."""
+    if r.get("error"):
+        return str(r["error"]).strip().splitlines()[-1][-200:]
+    found = []
+    if count is not None and r.get("count") != count:
+        found.append(f"count {r.get('count')} != {count}")
+    if distinct is not None and r.get("distinct") != distinct:
+        found.append(f"distinct offsets {r.get('distinct')} != {distinct}")
+    if r.get("duplicates"):
+        found.append(f"{r['duplicates']} offsets twice")
+    if r.get("order_violations"):
+        found.append(f"{r['order_violations']} per-key order violations")
+    return "; ".join(found)
+
+
+class Runs:
+    """Every run of one scenario: printed as it comes, then medians per case and checkout."""
+
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, rep: int, case: str, name: str, figures: dict[str, float], problem: str | None) -> None:
+        """``problem``: "" passed, None not supported (not a failure), else what failed."""
+        self.rows.append({"rep": rep, "case": case, "name": name, "figures": figures, "problem": problem})
+        shown = "  ".join(f"{k} {v:,.3g}" if abs(v) < 100 else f"{k} {v:,.0f}" for k, v in figures.items())
+        verdict = "ok" if problem == "" else "not supported" if problem is None else f"FAIL {problem}"
+        print(f"{self.scenario} run {rep} {case:<9} {name:<10} {shown}  {verdict}", flush=True)
+
+    def median(self, case: str, name: str, key: str) -> float | None:
+        vs = [
+            r["figures"][key]
+            for r in self.rows
+            if (r["case"], r["name"]) == (case, name) and r["problem"] == ""
+        ]
+        return statistics.median(vs) if vs else None
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.rows if r["problem"])
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "-" if v is None else f"{v:,.0f}{unit}" if abs(v) >= 100 else f"{v:.2f}{unit}"
+
+
+def _ratio(a: float | None, b: float | None, target: float) -> str:
+    if a is None or not b:
+        return "-"
+    return f"{a / b:.2f}x ({'met' if a / b >= target else 'not met'}, target {target}x)"
+
+
+def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    topic = lab.topic("failures")
+    seqs = produce(lab.bootstrap, topic, n)
+    poison = {(k, s) for k, last in enumerate(seqs) for s in range(1, last + 1) if chosen(k, s, 0.005, 1)}
+    ends = lab.kafka.end_offsets(topic, PARTITIONS)
+    cases = {"a-none": {}, "b-poison": {"poison": 0.005}, "c-once": {"fail_once": 0.03}}
+    for rep in range(repeats):
+        for case, options in cases.items():
+            for name in names:
+                dlq = lab.dlq(topic)
+                spec = lab.spec(topic, n, retry=RETRY, end_offsets=ends, dead_letter_topic=dlq, **options)
+                r = lab.run(name, spec)
+                bad = len(poison) if options.get("poison") else 0
+                problem = problems(r, n, n - bad)
+                letters = dead_letters(lab.bootstrap, dlq)
+                want = Counter(dict.fromkeys(poison, 1)) if bad else Counter()
+                if not problem and letters != want:
+                    missing, extra = len(want - letters), sum((letters - want).values())
+                    problem = f"dead letters: {missing} poison records missing, {extra} extra or twice"
+                rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
+                runs.add(rep, case, name, {"rec/s": rate, "dead letters": letters.total()}, problem)
+    lines = []
+    for name in names:
+        a, b, c = (runs.median(case, name, "rec/s") for case in cases)
+        lines.append(
+            f"{name}: none {_fmt(a)} rec/s, poison {_fmt(b)} rec/s, fail-once {_fmt(c)} rec/s; "
+            f"poison/none {_ratio(b, a, 0.8)}, fail-once/none {_ratio(c, a, 0.8)}"
+        )
+    return lines
+
+
+def partitions(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    topic = lab.topic("partitions")
+    produce(lab.bootstrap, topic, n, round_robin=PARTITIONS)
+    ends = lab.kafka.end_offsets(topic, PARTITIONS)
+    target = 0.9 * min(PARTITIONS, 16)
+    for rep in range(repeats):
+        for name in names:
+            spec = lab.spec(
+                topic,
+                n,
+                ordering="partition",
+                sleep_s=0.001,
+                concurrency=16,
+                lane_sample_s=0.1,
+                end_offsets=ends,
+            )
+            r = lab.run(name, spec)
+            rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
+            lanes = busy_lanes(r.get("lane_samples", []))
+            runs.add(rep, "sleep-1ms", name, {"rec/s": rate, "lanes busy": lanes}, problems(r, n, n))
+    lines = []
+    for name in names:
+        rate, lanes = runs.median("sleep-1ms", name, "rec/s"), runs.median("sleep-1ms", name, "lanes busy")
+        verdict = "-" if lanes is None else "met" if lanes >= target else "not met"
+        lines.append(f"{name}: {_fmt(rate)} rec/s, {_fmt(lanes)} lanes busy ({verdict}, target {target:.1f})")
+    return lines
+
+
+def _kill_and_restart(
+    lab: Lab, name: str, topic: str, ends: list[int], kill_after: float, kill_at: int, **options: Any
+) -> tuple[dict[str, float], str]:
+    """Run, kill -9 ``kill_after`` s after the first record finished (or once ``kill_at`` did),
+    restart on the same group until its commits reach the end; compare the two logs."""
+    spec = lab.spec(topic, sum(ends) + 1, kafka_config=QUICK_GROUP, log_path="", **options)
+    spec["log_path"] = log1 = str(lab.tmp / f"log-{lab.n}-1")
+    proc, _ = lab.start(name, spec)
+    t_first, deadline = 0.0, time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        finished = Path(log1).read_bytes().count(b"f ") if Path(log1).exists() else 0
+        t_first = t_first or (time.monotonic() if finished else 0.0)
+        if t_first and (time.monotonic() - t_first >= kill_after or finished >= kill_at):
+            break
+    t_kill = time.time()
+    proc.kill()
+    proc.wait()
+    if not t_first:
+        return {}, "no record finished before the kill"
+    spec.update(log_path=str(lab.tmp / f"log-{lab.n}-2"), stuck_s=0.0)
+    proc, _ = lab.start(name, spec)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if lab.kafka.committed(spec["group"], topic, PARTITIONS) == ends:
+            break
+    proc.kill()
+    proc.wait()
+    figures = redone(
+        Path(log1).read_text(), Path(spec["log_path"]).read_text(), t_kill, COMMIT_INTERVAL, ends
+    )
+    problem = []
+    if figures["lost"]:
+        problem.append(f"{figures['lost']} records never finished")
+    if figures["twice_after"]:
+        problem.append(f"{figures['twice_after']} finished twice after the restart")
+    if lab.kafka.committed(spec["group"], topic, PARTITIONS) != ends:
+        problem.append("the restart's commits did not reach the end")
+    return {k: float(v) for k, v in figures.items() if k not in ("lost", "twice_after")}, "; ".join(problem)
+
+
+def restart(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    hot_topic, stuck_topic = lab.topic("restart-hot"), lab.topic("restart-stuck")
+    produce(lab.bootstrap, hot_topic, n, hot=0.1)
+    stuck_seqs = produce(lab.bootstrap, stuck_topic, n // 2)
+    stuck_key = max(range(KEYS), key=stuck_seqs.__getitem__)  # a key with records
+    hot_ends = lab.kafka.end_offsets(hot_topic, PARTITIONS)
+    stuck_ends = lab.kafka.end_offsets(stuck_topic, PARTITIONS)
+    for rep in range(repeats):
+        for name in names:
+            figures, problem = _kill_and_restart(
+                lab, name, hot_topic, hot_ends, 3.0, n // 2, retry=RETRY, fail_once=0.03, sleep_s=0.001
+            )
+            runs.add(rep, "hot-key", name, figures, problem)
+        for name in names:
+            figures, problem = _kill_and_restart(
+                lab, name, stuck_topic, stuck_ends, 10.0, n, stuck_key=stuck_key, stuck_s=20.0
+            )
+            runs.add(rep, "stuck-key", name, figures, problem)
+    lines = []
+    for case in ("hot-key", "stuck-key"):
+        for name in names:
+            got, allowed = runs.median(case, name, "redone"), runs.median(case, name, "allowed")
+            verdict = "-" if got is None or allowed is None else "met" if got <= allowed else "not met"
+            lines.append(
+                f"{case} {name}: {_fmt(got)} records redone per kill against {_fmt(allowed)} finished "
+                f"in the last commit interval or in flight ({verdict})"
+            )
+    return lines
+
+
+def hotkey_conflate(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    topic = lab.topic("conflate")
+    seqs = produce(lab.bootstrap, topic, n, hot=0.2)
+    ends = lab.kafka.end_offsets(topic, PARTITIONS)
+    for rep in range(repeats):
+        for case in ("plain", "conflate"):
+            for name in names:
+                spec = lab.spec(
+                    topic,
+                    n + 1,
+                    sleep_s=0.005,
+                    final_seqs=seqs,
+                    conflate=case == "conflate",
+                    end_offsets=ends,
+                )
+                r = lab.run(name, spec)
+                if case == "conflate" and "argument 'conflate'" in str(r.get("error")):
+                    runs.add(rep, case, name, {}, None)
+                    continue
+                problem = problems(r, n if case == "plain" else None, n if case == "plain" else None)
+                if not problem and "drain_s" not in r:
+                    problem = "not every key's last record ran"
+                figures = {"hot drain s": r.get("hot_drain_s", 0.0), "all drain s": r.get("drain_s", 0.0)}
+                runs.add(rep, case, name, {**figures, "handled": r.get("count", 0)}, problem)
+    lines = []
+    for name in names:
+        plain, conflate = (
+            runs.median("plain", name, "hot drain s"),
+            runs.median("conflate", name, "hot drain s"),
+        )
+        supported = any(
+            r["problem"] is not None for r in runs.rows if r["case"] == "conflate" and r["name"] == name
+        )
+        shown = _fmt(conflate, " s") if supported else "not supported"
+        lines.append(f"{name}: the hot key drains in {_fmt(plain, ' s')} plain, {shown} with conflate=True")
+    return lines
+
+
+def io(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    topic = lab.topic("io")
+    produce(lab.bootstrap, topic, n)
+    ends = lab.kafka.end_offsets(topic, PARTITIONS)
+    for rep in range(repeats):
+        ceiling = run_asyncio(n, 256, 0.005, 0.0, "uvloop")["rate"]
+        runs.add(rep, "io", "ceiling", {"rec/s": ceiling}, "")
+        for name in names:
+            spec = lab.spec(
+                topic, n, contender="laneway-key-async", sleep_s=0.005, concurrency=256, end_offsets=ends
+            )
+            r = lab.run(name, spec)
+            rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
+            runs.add(rep, "io", name, {"rec/s": rate}, problems(r, n, n))
+    base = runs.median("io", "ceiling", "rec/s")
+    lines = [f"bare uvloop ceiling: {_fmt(base)} rec/s"]
+    for name in names:
+        rate = runs.median("io", name, "rec/s")
+        lines.append(f"{name}: {_fmt(rate)} rec/s, {_ratio(rate, base, 0.95)} of the ceiling")
+    return lines
+
+
+RUNNERS = {
+    "failures": failures,
+    "partitions": partitions,
+    "restart": restart,
+    "hotkey-conflate": hotkey_conflate,
+    "io": io,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.adversity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="+", help="NAME=CHECKOUT (e.g. before=/tmp/before after=.)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of {', '.join(SCENARIOS)}")
+    ap.add_argument("--records", type=int, help="records per scenario (default: each scenario's own)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="write every run and the summaries here")
+    ap.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
+    args = ap.parse_args(argv)
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as exc:
+        ap.error(str(exc))
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if unknown := [s for s in scenarios if s not in RUNNERS]:
+        ap.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+    broker = None if args.bootstrap else LocalBroker.create()
+    if broker is not None:
+        broker.start()
+    bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+    names = [name for name, _ in variants]
+    report: dict[str, Any] = {"variants": dict(variants), "scenarios": {}}
+    failed = 0
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-adversity-") as tmp:
+            lab = Lab(bootstrap, variants, Path(tmp))
+            try:
+                for scenario in scenarios:
+                    runs = Runs(scenario)
+                    n = args.records or DEFAULT_RECORDS[scenario]
+                    summary = RUNNERS[scenario](lab, names, n, args.repeats, runs)
+                    print(f"== {scenario} ({n:,} records, medians of {args.repeats})", flush=True)
+                    for line in summary:
+                        print(f"   {line}", flush=True)
+                    failed += runs.failed
+                    report["scenarios"][scenario] = {"records": n, "runs": runs.rows, "summary": summary}
+            finally:
+                lab.kafka.delete_all()
+                lab.kafka.close()
+    finally:
+        if broker is not None:
+            broker.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    print(f"{failed} run(s) failed their checks" if failed else "every run passed its checks")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

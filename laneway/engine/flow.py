@@ -152,6 +152,7 @@ def intake(
     held: Mapping[P, int],
     held_back: Set[P],
     hot: Set[P],
+    total: int | None = None,
 ) -> Intake[P]:
     """This turn's per-partition pauses and resumes.
 
@@ -159,14 +160,19 @@ def intake(
     partitions paused for their share now; ``hot``: those with a key over :func:`key_cap`. A
     partition at its share (or hot) is paused; a held-back one resumes once it holds at most
     ``resume_at`` of its share and is not hot. The shares fit the cap (``share`` times the
-    partitions at most the cap), so a partition under its share always finds that much room."""
+    partitions at most the cap), so a partition under its share always finds that much room.
+
+    ``total``: the events the engine holds in all. While it is down to ``resume_at`` of the cap,
+    the cap is not contended and a held-back partition resumes whatever it holds: a stuck key's
+    queue must not keep its partition's other keys waiting for room nobody else needs."""
     low = share * bp.resume_at
+    uncontended = total is not None and total <= bp.max_events * bp.resume_at
     pause: list[P] = []
     resume: list[P] = []
     headroom: dict[P, int] = {}
     for p, n in held.items():
         if p in held_back:
-            if n <= low and p not in hot:
+            if (n <= low or (uncontended and n < share)) and p not in hot:
                 resume.append(p)
                 headroom[p] = share - n
         elif n >= share or p in hot:

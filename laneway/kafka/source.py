@@ -218,7 +218,12 @@ class KafkaSource(RebalanceCallbacks):
         held_back = self._held_back
         held_back &= self._assigned  # forget revoked partitions
         turn = intake(
-            bp, share=share_, held=processor.held(self._assigned, owner=self), held_back=held_back, hot=hot
+            bp,
+            share=share_,
+            held=processor.held(self._assigned, owner=self),
+            held_back=held_back,
+            hot=hot,
+            total=events,
         )
         if turn.pause:
             held_back.update(turn.pause)

@@ -184,3 +184,13 @@ def test_hot_partitions_are_the_owners_own() -> None:
     finally:
         gate.set()
         proc.close()
+
+
+def test_a_held_back_partition_resumes_while_the_cap_is_not_contended() -> None:
+    """A stuck key's queue keeps its partition over resume_at of its share: the partition's other
+    keys still get records while the engine as a whole holds little."""
+    held = {0: 1_300, 1: 0}  # partition 0: a stuck key's 1,300 queued records
+    turn = intake(BP, share=2_500, held=held, held_back={0}, hot=set(), total=1_300)
+    assert turn.resume == [0] and turn.headroom[0] == 1_200
+    busy = intake(BP, share=2_500, held=held, held_back={0}, hot=set(), total=BP.max_events)
+    assert busy.resume == []  # contended: it waits for resume_at of its share as before

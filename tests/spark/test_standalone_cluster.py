@@ -49,7 +49,8 @@ _QUERIES = """
 import json, sys
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
-from laneway.ops.cli import app
+from laneway.ops.cli import _register_subcommands, app
+_register_subcommands()  # what `laneway` does before it parses its arguments
 master, warehouse, out, *conf = sys.argv[1:]
 commands = {
     "show": ["show", "table:db0.t0"],

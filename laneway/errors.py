@@ -28,6 +28,7 @@ it. A second base in brackets is there for callers that catch it::
     │   │   └── SourceUnavailable   a transient source failure: retry
     │   └── CatalogProduceError     laneway.catalog.producing: producing a stream stopped [RuntimeError]
     ├── PipelineError               laneway.spark.pipeline: the streaming query failed
+    ├── ClusterError                laneway.spark.cluster: a local standalone cluster failed [RuntimeError]
     ├── BrokerError                 laneway.ops.broker: the local broker failed [RuntimeError]
     └── JarFetchError               laneway.jars: Maven could not fetch a bundle [RuntimeError]
 

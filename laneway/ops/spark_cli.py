@@ -24,11 +24,22 @@ _WAREHOUSE_HELP = "folder of the Delta tables (env LANEWAY_WAREHOUSE)"
 Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
 Master = Annotated[str, typer.Option(help="Spark master URL: local[*], local-cluster[2,1,1024], spark://...")]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+Conf = Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE; repeatable")]
 
 
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(2)
+
+
+def _spark_conf(conf: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--conf wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
 
 
 @pipeline_app.command("run")
@@ -66,7 +77,7 @@ def run(
         ),
     ] = False,
     master: Master = "local[*]",
-    conf: Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE; repeatable")] = None,
+    conf: Conf = None,
     log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
 ) -> None:
     """Run the pipeline; with a processing-time trigger it runs until interrupted.
@@ -79,12 +90,7 @@ def run(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark_conf: dict[str, str] = {}
-    for item in conf or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _fail(f"--conf wants KEY=VALUE, got {item!r}")
-        spark_conf[key.strip()] = value
+    spark_conf = _spark_conf(conf)
     try:
         settings = PipelineSettings(
             bootstrap=resolve_bootstrap(bootstrap),
@@ -131,12 +137,19 @@ def run(
     )
 
 
-def _session(master: str, warehouse: str) -> Any:
+def _session(master: str, warehouse: str, conf: list[str] | None = None) -> Any:
     """The query commands' session, once the warehouse is known to hold the catalog's tables: a
     local warehouse is checked before Spark starts (a relative default, run from another folder,
-    is the common mistake), any other is checked by Spark."""
+    is the common mistake), any other is checked by Spark. On a cluster a relative warehouse is
+    refused: the workers do not see the driver's current folder."""
     from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
+    from laneway.spark.settings import local_master, shared_path_problem
+
+    spark_conf = _spark_conf(conf)
+    problem = None if local_master(master) else shared_path_problem(warehouse)
+    if problem:
+        raise _fail(f"--warehouse: with --master {master}, {problem}")
 
     if "://" not in warehouse or warehouse.startswith("file:"):
         local = Path(warehouse.removeprefix("file://").removeprefix("file:"))
@@ -147,7 +160,7 @@ def _session(master: str, warehouse: str) -> Any:
                 f"no catalog tables in {warehouse} ({', '.join(missing)} missing): "
                 "give --warehouse (or LANEWAY_WAREHOUSE) the folder `laneway pipeline run` wrote"
             )
-    return build_session(SessionSettings(master=master, app_name="laneway-catalog"))
+    return build_session(SessionSettings(master=master, app_name="laneway-catalog", conf=spark_conf))
 
 
 def _echo_json(data: Any) -> None:
@@ -162,6 +175,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         entity: Annotated[str, typer.Argument(help="an entity id (table:sales.orders) or qualified name")],
         warehouse: Warehouse = "warehouse",
         master: Master = "local[*]",
+        conf: Conf = None,
         as_json: AsJson = False,
     ) -> None:
         """Show one entity: its current state, children and versions.
@@ -170,7 +184,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         """
         from laneway.spark.queries import show_entity
 
-        found = show_entity(_session(master, warehouse), warehouse, entity)
+        found = show_entity(_session(master, warehouse, conf), warehouse, entity)
         if found is None:
             raise _fail(f"no entity {entity!r} in {warehouse}")
         if as_json:
@@ -195,6 +209,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         limit: Annotated[int, typer.Option(help="at most this many results")] = 20,
         entity_type: Annotated[str | None, typer.Option("--type", help="only this entity type")] = None,
         master: Master = "local[*]",
+        conf: Conf = None,
         as_json: AsJson = False,
     ) -> None:
         """Search the catalog, best matches first.
@@ -204,7 +219,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         from laneway.spark.queries import search_entities
 
         found = search_entities(
-            _session(master, warehouse), warehouse, text, limit=limit, entity_type=entity_type
+            _session(master, warehouse, conf), warehouse, text, limit=limit, entity_type=entity_type
         )
         if as_json:
             _echo_json(found)
@@ -221,6 +236,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         depth: Annotated[int, typer.Option(min=1, help="levels to follow")] = 1,
         direction: Annotated[str, typer.Option(help="upstream, downstream or both")] = "both",
         master: Master = "local[*]",
+        conf: Conf = None,
         as_json: AsJson = False,
     ) -> None:
         """The tables upstream and downstream of TABLE.
@@ -232,7 +248,11 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
         if direction not in ("upstream", "downstream", "both"):
             raise _fail(f"--direction must be upstream, downstream or both, not {direction!r}")
         found = lineage(
-            _session(master, warehouse), warehouse, table, depth=depth, direction=cast(Direction, direction)
+            _session(master, warehouse, conf),
+            warehouse,
+            table,
+            depth=depth,
+            direction=cast(Direction, direction),
         )
         if found.get("known") is False:
             raise _fail(f"no table {found['table']!r} in {warehouse}")

@@ -9,6 +9,13 @@ takes less than one. Shorter intervals buy little: the MERGEs' fixed cost per ba
 stays, each batch adds Delta files and log entries, and below the batch time the query
 simply runs back to back, later than asked.
 
+On a cluster (any master but ``local...``) the driver and every executor open the warehouse and
+the checkpoint, each on its own machine: both must be absolute paths on a file system they all
+see (``file:///shared/catalog`` on a shared mount, ``hdfs://...``, ``s3a://...``).
+``shared_path_problem`` refuses a relative one, which names a folder under the driver's current
+folder only (docs/cluster.md). With a local master a relative path is made absolute against
+the current folder: Delta takes absolute table paths only.
+
 On the local file system (a path without a scheme, or ``file:``), the streaming checkpoint
 (a local checkpoint path) and Delta's checksum files (local warehouse and checkpoint paths)
 are written with Spark's ``FileSystemBasedCheckpointFileManager``: the default one renames through Hadoop's
@@ -20,13 +27,21 @@ run of four batches). Set on the query's own session; the caller's is left as it
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from laneway.errors import ConfigError
 
-__all__ = ["AVAILABLE_NOW", "SOURCE_DEFAULTS", "STREAMING_TRIGGER", "PipelineSettings"]
+__all__ = [
+    "AVAILABLE_NOW",
+    "SOURCE_DEFAULTS",
+    "STREAMING_TRIGGER",
+    "PipelineSettings",
+    "local_master",
+    "shared_path_problem",
+]
 
 AVAILABLE_NOW = "available-now"
 #: the recommended processing-time trigger for a continuous run (module docstring: Triggers)
@@ -62,6 +77,35 @@ def _local(path: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None or path.startswith("file:")
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def local_master(master: str) -> bool:
+    """Whether every executor runs on the driver's machine: ``local``, ``local[N]``,
+    ``local-cluster[...]``; not ``spark://``, ``yarn``, ``k8s://``."""
+    return master.strip().startswith("local")
+
+
+def shared_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the warehouse or checkpoint of a cluster, or None when it can.
+
+    A cluster's driver and executors need an absolute path (``/shared/catalog``,
+    ``file:///shared/catalog``) or an absolute URI (``hdfs://nn/catalog``, ``s3a://bucket/catalog``).
+    """
+    text = path.strip()
+    scheme = _SCHEME.match(text)
+    rest = text[scheme.end() :] if scheme else text
+    if rest.startswith("/"):
+        return None
+    what = "a relative path" if scheme is None else f"a {scheme.group()} URI with a relative path"
+    return (
+        f"{path!r} is {what}: on a cluster it names a folder under the driver's current folder, "
+        "which the workers do not see; use an absolute path on a file system the driver and "
+        "every worker see (file:///shared/catalog on a shared mount, hdfs://namenode/catalog, "
+        "s3a://bucket/catalog)"
+    )
+
+
 def _interval_ms(trigger: str) -> int | None:
     """``"10s"``, ``"500 ms"``, ``"2 minutes"`` -> milliseconds; anything else -> None."""
     match = _INTERVAL.match(trigger)
@@ -78,8 +122,11 @@ class PipelineSettings:
     a ``ConfigError`` names every bad field.
 
     * ``warehouse``: folder (or Hadoop URI) holding the Delta tables, ``<warehouse>/entities`` ...
+      A relative path is made absolute against the current folder with a local master, and
+      refused with any other (on a cluster: an absolute path all workers see, module docstring).
     * ``checkpoint``: the streaming query's checkpoint folder; a new one restarts from
       ``starting_offsets`` (``"earliest"``, ``"latest"`` or Spark's per-partition JSON).
+      Relative paths as for ``warehouse``.
     * ``trigger``: ``"available-now"`` (process what is there, in batches of at most
       ``max_offsets_per_trigger``, then stop) or a processing-time interval (``"10s"``,
       ``"500ms"``, ``"1 minute"``) for a continuous run; ``STREAMING_TRIGGER`` (10 s) is
@@ -132,13 +179,22 @@ class PipelineSettings:
             errors.append("progress_group: a group name, or None for none")
         if self.compact_every < 0:
             errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
+        if not local_master(self.master):
+            for name in ("warehouse", "checkpoint"):
+                path = str(getattr(self, name))
+                problem = shared_path_problem(path) if path.strip() else None
+                if problem:
+                    errors.append(f"{name}: with master {self.master!r}, {problem}")
         offsets = self.starting_offsets.strip()
         if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
             errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
         if errors:
             raise ConfigError("PipelineSettings", "; ".join(errors))
-        object.__setattr__(self, "warehouse", str(self.warehouse))
-        object.__setattr__(self, "checkpoint", str(self.checkpoint))
+        for name in ("warehouse", "checkpoint"):
+            path = str(getattr(self, name))
+            if _SCHEME.match(path) is None and not path.startswith("/"):
+                path = os.path.abspath(path)  # a local master's: Delta takes absolute paths only
+            object.__setattr__(self, name, path)
         object.__setattr__(self, "source_options", dict(self.source_options))
         object.__setattr__(self, "spark_conf", dict(self.spark_conf))
 

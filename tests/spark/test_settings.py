@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from laneway.errors import ConfigError
 from laneway.spark import batch, metrics, schema
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
-from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings
+from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings, local_master, shared_path_problem
 
 
 def _settings(**kw: object) -> PipelineSettings:
@@ -117,3 +118,36 @@ def test_shuffle_partitions_one_per_25k_records_at_least_one_per_core() -> None:
     assert batch._shuffle_partitions(250_000, configured=4, cores=2) == 4  # at most the configured
     assert batch._shuffle_partitions(21, configured=1, cores=8) == 1
     assert batch._shuffle_partitions(21, configured=200, cores=1) == 1
+
+
+@pytest.mark.parametrize("master", ["spark://10.0.0.5:7077", "yarn", "k8s://https://api:6443"])
+@pytest.mark.parametrize("path", ["warehouse", "./data/catalog", "~/catalog", "file:catalog", "hdfs:catalog"])
+def test_a_cluster_refuses_a_relative_warehouse_or_checkpoint(master: str, path: str) -> None:
+    # a relative path names a folder under the driver's current folder: the workers do not see it
+    with pytest.raises(ConfigError) as err:
+        _settings(master=master, warehouse=path)
+    assert "warehouse:" in str(err.value) and "checkpoint:" not in str(err.value)
+    assert "absolute path" in str(err.value) and "s3a://" in str(err.value)
+    with pytest.raises(ConfigError, match="checkpoint: with master"):
+        _settings(master=master, checkpoint=path)
+
+
+@pytest.mark.parametrize(
+    "path", ["/shared/catalog", "file:///shared/catalog", "hdfs://namenode:8020/catalog", "s3a://bucket/c"]
+)
+def test_a_cluster_takes_an_absolute_path_or_uri(path: str) -> None:
+    s = _settings(master="spark://10.0.0.5:7077", warehouse=path, checkpoint=f"{path}/_cp")
+    assert (s.warehouse, s.checkpoint) == (path, f"{path}/_cp")
+    assert shared_path_problem(path) is None
+
+
+def test_a_local_master_makes_a_relative_path_absolute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Delta takes absolute table paths only (delta.`warehouse/entities` is not a path to it)
+    monkeypatch.chdir(tmp_path)
+    for master in ("local[*]", "local-cluster[2,1,1024]"):
+        s = _settings(master=master, warehouse="warehouse", checkpoint="warehouse/_cp")
+        assert (s.warehouse, s.checkpoint) == (str(tmp_path / "warehouse"), str(tmp_path / "warehouse/_cp"))
+    assert _settings(warehouse="s3a://bucket/c").warehouse == "s3a://bucket/c"
+    assert local_master("local-cluster[2,1,1024]") and not local_master("spark://h:7077")

@@ -1,0 +1,184 @@
+"""The pipeline and the catalog queries on a Spark standalone cluster, as a user's cluster runs them:
+a master and two workers started from the installed pyspark (``laneway.spark.cluster``), each its
+own JVM on 127.0.0.1, and executor JVMs the workers start, which get the Kafka and Delta jars
+through ``spark.jars``. The driver is ``laneway pipeline run --master spark://...`` (then the
+``laneway catalog`` commands) in a subprocess: one SparkContext per process.
+
+The tables are compared with the expected state computed without Spark, and each worker's
+executor folder must show that it fetched the jars and ran tasks. A relative warehouse with a
+cluster master is refused before Spark starts, with one line naming the setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laneway.spark import schema
+from laneway.spark.cluster import StandaloneCluster
+from tests.spark.conftest import (
+    TEST_JVM_OPTIONS,
+    CatalogTopic,
+    entity_state,
+    expected_state,
+    history_keys,
+    read_table,
+)
+from tests.spark.entities import MALFORMED, expected_entities
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+_CONF = [
+    *("--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}"),
+    *("--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"),
+    *("--conf", "spark.executor.memory=512m"),
+]
+
+# show, search and lineage through the `laneway` command line, in one driver process (each
+# command's session is the process's one: a new driver per command would start new executors)
+_QUERIES = """
+import json, sys
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+from laneway.ops.cli import _register_subcommands, app
+_register_subcommands()  # what `laneway` does before it parses its arguments
+master, warehouse, out, *conf = sys.argv[1:]
+commands = {
+    "show": ["show", "table:db0.t0"],
+    "search": ["search", "T0"],
+    "lineage": ["lineage", "db0.t0", "--depth", "3", "--direction", "downstream"],
+}
+found = {}
+for name, args in commands.items():
+    done = CliRunner().invoke(app, ["catalog", *args, "--master", master, "--warehouse", warehouse,
+                                    "--json", *conf])
+    found[name] = {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr}
+found["master"] = SparkSession.getActiveSession().sparkContext.master
+open(out, "w").write(json.dumps(found))
+"""
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    cluster: StandaloneCluster
+    warehouse: Path
+    proc: subprocess.CompletedProcess[str]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}  # the driver on loopback, as the cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    root = tmp_path_factory.mktemp("standalone")
+    with StandaloneCluster(root, workers=2, cores=1, memory="1g", java_options=TEST_JVM_OPTIONS) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cluster_run(
+    cluster: StandaloneCluster, kafka_bootstrap: str, catalog_topic: CatalogTopic, tmp_path_factory: Any
+) -> ClusterRun:
+    warehouse = tmp_path_factory.mktemp("cluster-run") / "warehouse"
+    args = [
+        *(sys.executable, "-m", "laneway.ops.cli", "pipeline", "run", "--master", cluster.master_url),
+        *("--bootstrap", kafka_bootstrap, "--topic", catalog_topic.topic, "--warehouse", str(warehouse)),
+        *("--compact-every", "0", *_CONF),
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=400, env=_env())
+    return ClusterRun(cluster, warehouse, proc)
+
+
+def _executor_dirs(cluster: StandaloneCluster, app_name: str) -> list[Path]:
+    """The executor folders of the finished application ``app_name``, one list across workers
+    (the master lists it as completed once its driver has gone)."""
+    deadline = time.monotonic() + 30
+    while True:
+        state = cluster.state() or {}
+        ids = [a["id"] for a in state.get("completedapps", []) if a.get("name") == app_name]
+        if ids or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(ids) == 1, state.get("completedapps")
+    return sorted(cluster.root.glob(f"worker-*/{ids[0]}/*"))
+
+
+def test_pipeline_on_standalone_cluster(
+    spark: Any, cluster_run: ClusterRun, catalog_topic: CatalogTopic
+) -> None:
+    proc = cluster_run.proc
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = catalog_topic.records
+    assert f"{len(records)} records, {len(MALFORMED)} quarantined" in proc.stdout
+    warehouse = cluster_run.warehouse
+    assert entity_state(spark, warehouse) == expected_state(records)
+    keys = history_keys(spark, warehouse)
+    assert sorted(keys) == sorted({(r["entity_id"], r["version"]) for r in records})
+    assert len(read_table(spark, warehouse, schema.QUARANTINE)) == len(MALFORMED)
+
+    # one executor per worker, each fetched the connector and Delta from the driver and ran tasks
+    executors = _executor_dirs(cluster_run.cluster, "laneway-pipeline")
+    assert sorted(p.parent.parent.name for p in executors) == ["worker-0", "worker-1"]
+    for folder in executors:
+        fetched = {p.name for p in folder.glob("*.jar")}
+        assert {"delta-spark_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13-4.0.0.jar"} <= fetched, folder
+        assert "Running task" in (folder / "stderr").read_text(errors="replace"), folder
+
+
+def test_catalog_queries_on_standalone_cluster(
+    cluster_run: ClusterRun, catalog_topic: CatalogTopic, tmp_path: Path
+) -> None:
+    assert cluster_run.proc.returncode == 0, cluster_run.proc.stderr[-2000:]
+    cluster, out = cluster_run.cluster, tmp_path / "queries.json"
+    args = [sys.executable, "-c", _QUERIES, cluster.master_url, str(cluster_run.warehouse), str(out), *_CONF]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    found = json.loads(out.read_text())
+    assert found["master"] == cluster.master_url
+    for name in ("show", "search", "lineage"):
+        assert found[name]["code"] == 0, found[name]
+
+    expected = expected_entities(catalog_topic.records)
+    shown = json.loads(found["show"]["stdout"])
+    assert (shown["entity_id"], shown["version"]) == ("table:db0.t0", expected["table:db0.t0"]["version"])
+    live_columns = sorted(
+        k for k, r in expected.items() if r["parent_id"] == "table:db0.t0" and not r["deleted"]
+    )
+    assert [c["entity_id"] for c in shown["children"]] == live_columns
+    searched = [r["entity_id"] for r in json.loads(found["search"]["stdout"])]
+    assert searched[:2] == ["table:db0.t0", "table:db1.t0"]  # exact name first
+    assert all(not expected[e]["deleted"] for e in searched)
+    reached = {(e["target_id"], e["depth"]) for e in json.loads(found["lineage"]["stdout"])["downstream"]}
+    assert reached == {("table:db0.t1", 1), ("table:db0.t2", 1), ("table:db1.t0", 2), ("table:db1.t1", 3)}
+    assert len(_executor_dirs(cluster, "laneway-catalog")) == 2  # the queries ran on both workers
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["pipeline", "run", "--bootstrap", "127.0.0.1:1", "--warehouse", "warehouse"],
+        ["pipeline", "run", "--bootstrap", "127.0.0.1:1", "--warehouse", "/w", "--checkpoint", "cp"],
+        ["catalog", "show", "table:db0.t0", "--warehouse", "warehouse"],
+    ],
+)
+def test_a_relative_path_on_a_cluster_fails_with_one_line(
+    cluster: StandaloneCluster, command: list[str], tmp_path: Path
+) -> None:
+    args = [sys.executable, "-m", "laneway.ops.cli", *command, "--master", cluster.master_url]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    field = "checkpoint" if "--checkpoint" in command else "warehouse"
+    assert f"{field}: with" in lines[0] and "absolute path" in lines[0]
+    assert (cluster.state() or {}).get("activeapps") == []  # refused before Spark started

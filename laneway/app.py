@@ -42,6 +42,7 @@ from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
+from laneway.monitor.status import StatusBoard
 from laneway.settings import AppSettings, replica, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings"]
@@ -131,6 +132,19 @@ class App:
         self.handlers: dict[str, HandlerSpec] = {}
         self.metrics = PrometheusMetrics()
         self.processor: Processor | None = None
+        #: ``/status``, the stall check and the per-partition gauges (laneway.monitor.status)
+        self.status = StatusBoard(
+            name=name,
+            group=self.settings.group_id,
+            metrics=self.metrics,
+            processor=lambda: self.processor,
+            paused=self._paused_partitions,
+            caps=(self.settings.backpressure.max_events, self.settings.backpressure.max_bytes),
+            stall=self.settings.timeouts.stall,
+            delays={t: s.delay.seconds for t, s in self.handlers.items() if s.delay is not None},
+            hot_keys=self.metrics.hot_keys,
+        )
+        self.metrics.registry.register(self.status.collector())
         self.sources: list[KafkaSource] = []
         self._dead_letters: KafkaDeadLetters | None = None
         self._server: HealthServer | None = None
@@ -254,7 +268,13 @@ class App:
         if (wanted := s.metrics_server) is not None:
             # first: a port in use fails the start, naming the field, before anything runs
             try:
-                server = HealthServer(self.metrics.registry, self.health, wanted.port, host=wanted.host)
+                server = HealthServer(
+                    self.metrics.registry,
+                    self.health,
+                    wanted.port,
+                    host=wanted.host,
+                    status=self.status.document,
+                )
             except OSError as exc:
                 raise ConfigError(
                     "metrics_server.port",
@@ -273,6 +293,8 @@ class App:
             metrics=self.metrics,
             on_fatal=self._on_fatal,
         )
+        self.status.delays = {t: h.delay.seconds for t, h in self.handlers.items() if h.delay is not None}
+        self.status.start()
         topics = sorted(self.handlers)
         for i in range(s.consumers):
             conf = {**self._client_config(), "group.id": s.group_id, "client.id": f"{s.name}-{i}"}
@@ -328,7 +350,13 @@ class App:
                 return f"consumer loop has not advanced for {now - src.heartbeat:.0f}s"
             if src.lost_group:
                 return "a consumer lost its group membership"
-        return None
+        return self.status.stalled()
+
+    def _paused_partitions(self) -> set[tuple[str, int]]:
+        out: set[tuple[str, int]] = set()
+        for src in list(self.sources):
+            out |= src.paused_partitions
+        return out
 
     def stop(self) -> None:
         """Ask a running app to shut down gracefully (returns at once)."""
@@ -362,6 +390,7 @@ class App:
             self._dead_letters.close()
         if self._server is not None:
             self._server.stop()
+        self.status.stop()
         self._stopped.set()
         logger.info("%s stopped", self.settings.name)
 

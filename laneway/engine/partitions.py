@@ -14,14 +14,14 @@ are called with it held; none of them takes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from laneway.engine import gaps
-from laneway.engine.events import Output, TopicPartition
+from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.offsets import OffsetTracker
 
-__all__ = ["NEAR_LIMIT", "Commits", "Ledger", "PartitionState"]
+__all__ = ["NEAR_LIMIT", "Commits", "Ledger", "PartitionState", "PartitionStatus"]
 
 #: per partition: the commit position, and the finished offsets beyond it as commit metadata
 #: (:mod:`~laneway.engine.gaps`; None: the plain position)
@@ -49,6 +49,35 @@ class PartitionState:
     committed: tuple[int, int, int] | None = None
     #: whether the last commit's metadata passed :data:`NEAR_LIMIT` of the limit
     near_limit: bool = False
+    #: the oldest unfinished record as :meth:`Ledger.status` last saw it: (offset, since when it
+    #: is the oldest (monotonic), its event or None when it was not found at a lane's head)
+    head: tuple[int, float, Event | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """One partition, as :meth:`Ledger.status` sees it (a snapshot, for ``/status``)."""
+
+    topic: str
+    partition: int
+    #: the position the last commit carried (None: nothing committed yet by this owner)
+    committed: int | None
+    #: the safe commit position now (the lowest unfinished offset, or one past the highest)
+    position: int | None
+    #: the lowest unfinished offset (None: nothing unfinished)
+    oldest_offset: int | None
+    #: its key, and the record's timestamp (ms; 0 unknown), when it was found at a lane's head
+    oldest_key: bytes | None
+    oldest_timestamp_ms: int
+    #: seconds since that offset became the partition's oldest unfinished one
+    oldest_age: float
+    #: finished offsets beyond the position (what the commit metadata describes)
+    gap: int
+    #: unfinished events running in a handler, and the rest (queued, delayed, retrying)
+    in_flight: int
+    queued: int
+    #: records skipped since assignment: finished before a restart (commit metadata)
+    skipped: int
 
 
 class Ledger:
@@ -67,6 +96,54 @@ class Ledger:
         """Records skipped since start: finished before a restart, read from commit metadata.
         Safe without the lock too (for a gauge): it reads a copy of the states."""
         return self.skipped_before + sum(s.skipped for s in list(self.states.values()))
+
+    def status(
+        self, heads: Callable[[], Iterable[tuple[Event, PartitionState]]], now: float
+    ) -> list[PartitionStatus]:
+        """Each assigned partition's :class:`PartitionStatus` at ``now`` (monotonic seconds).
+
+        ``heads`` gives the lanes' head events: it is called only when a partition's oldest
+        unfinished offset moved since the last call (its event is the head of its lane, unless
+        it runs on the submitting thread or in a lane of its own: then its key is not known)."""
+        looking: dict[int, PartitionState] = {}
+        for state in self.states.values():
+            low = state.tracker.lowest()
+            head = state.head
+            if low is None:
+                state.head = None  # (and the event is let go)
+            elif head is None or head[0] != low:
+                state.head = (low, now, None)
+                looking[id(state)] = state
+            elif head[2] is None:
+                looking[id(state)] = state
+        if looking:
+            for ev, st in heads():
+                if id(st) in looking and (h := st.head) is not None and h[0] == ev.offset:
+                    st.head = (h[0], h[1], ev)
+        out: list[PartitionStatus] = []
+        for tp, state in self.states.items():
+            tracker = state.tracker
+            gap = len(tracker.finished_beyond())
+            unfinished = tracker.in_process
+            head = state.head
+            found = head[2] if head is not None else None
+            out.append(
+                PartitionStatus(
+                    tp[0],
+                    tp[1],
+                    state.committed[0] if state.committed is not None else None,
+                    tracker.position(),
+                    head[0] if head is not None else None,
+                    found.key if found is not None else None,
+                    found.timestamp_ms if found is not None else 0,
+                    now - head[1] if head is not None else 0.0,
+                    gap,
+                    state.running,
+                    max(0, unfinished - state.running),
+                    state.skipped,
+                )
+            )
+        return out
 
     def assign(
         self,

@@ -34,7 +34,7 @@ from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.lanes import Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
-from laneway.engine.partitions import Commits, Ledger, PartitionState
+from laneway.engine.partitions import Commits, Ledger, PartitionState, PartitionStatus
 from laneway.engine.timer import Timer
 from laneway.engine.workers import AsyncPool, EventLoop, ThreadPool, loop_factory
 from laneway.errors import ConfigError, EngineStopped
@@ -337,6 +337,24 @@ class Processor(FailurePaths):
             "conflated": self.table.conflated,
             "skipped": self._ledger.skipped(),
         }
+
+    def status(self) -> list[PartitionStatus]:
+        """Each assigned partition's state now (read-only, for ``/status`` and the stall check):
+        computed on demand under the lock; the lanes are scanned only for the partitions whose
+        oldest unfinished offset moved since the last call (:meth:`Ledger.status`)."""
+        lanes = self.table.lanes
+
+        def heads() -> Iterable[tuple[Event, PartitionState]]:
+            return [lane[0] for lane in lanes.values() if lane]
+
+        with self._lock:
+            return self._ledger.status(heads, time.monotonic())
+
+    def workers(self) -> tuple[int, int]:
+        """(events running in a handler, worker threads and tasks): the pools' utilisation."""
+        running = sum(s.running for s in list(self._ledger.states.values()))
+        threads = len(self._threads) + (self._apool._concurrency if self._apool is not None else 0)
+        return running, threads
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the workers and the timer. Call :meth:`drain` first to finish queued work."""

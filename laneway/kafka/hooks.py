@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from laneway.engine.events import Event
+
 __all__ = ["SourceMetrics"]
 
 
@@ -25,3 +27,6 @@ class SourceMetrics:
 
     def consumed(self, count: int) -> None:
         pass
+
+    def batch(self, events: list[Event]) -> None:
+        """A fetched batch went to the processor (once per batch: for the hot keys)."""

@@ -171,6 +171,14 @@ class KafkaSource(RebalanceCallbacks):
     def assignment(self) -> set[tuple[str, int]]:
         return set(self._assigned)
 
+    @property
+    def paused_partitions(self) -> set[tuple[str, int]]:
+        """The partitions not fetched now (read-only, from any thread): every assigned one under
+        backpressure, else those held back at their share or for their commit metadata."""
+        if self._paused:
+            return set(self._assigned)
+        return (set(self._held_back) | set(self._held)) & set(self._assigned)
+
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
@@ -345,6 +353,7 @@ class KafkaSource(RebalanceCallbacks):
         if ready:
             self._processor.submit(ready, owner=self)
             self._metrics.consumed(len(ready))
+            self._metrics.batch(ready)
 
     def _within_cap(
         self, msgs: list[Message], max_accept: int, headroom: dict[tuple[str, int], int]

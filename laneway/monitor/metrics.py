@@ -32,6 +32,10 @@ commits_total{result}               counter    offset commits the broker acknowl
 paused_partitions                   gauge      partitions paused by backpressure, all consumers
 ==================================  =========  ==========================================
 
+The per-partition gauges of ``/status`` (oldest unfinished age, time lag, gap, in flight,
+queued, paused, commit position), the stalled partitions, the hot keys and the worker
+utilisation are added at scrape time by :mod:`laneway.monitor.status` (docs/operations.md).
+
 Each counter also has the ``_created`` series prometheus_client adds (its start time).
 """
 
@@ -44,12 +48,15 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from laneway.engine.events import Event
 from laneway.kafka.hooks import SourceMetrics
+from laneway.monitor.hotkeys import HotKeys
 
 __all__ = ["HealthServer", "PrometheusMetrics"]
 
@@ -139,10 +146,24 @@ class PrometheusMetrics(SourceMetrics):
         self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
         self._paused_by: dict[str, int] = {}
         self._paused_lock = threading.Lock()
+        self._lags: dict[tuple[str, int], int] = {}
+        #: the top keys by records over a sliding window (fed per fetched batch)
+        self.hot_keys = HotKeys()
 
     # engine hooks
     def processed(self, topic: str, seconds: list[float]) -> None:
         self._processed.record(topic, seconds)
+
+    def processing_totals(self) -> dict[str, list[tuple[float, float]]]:
+        """Per topic, the handler-time histogram as (upper bound, cumulative count) pairs."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for topic, arr in self._processed.totals().items():
+            cumulative, pairs = 0.0, []
+            for le, n in zip((*_BUCKETS, float("inf")), arr[2:], strict=True):
+                cumulative += n
+                pairs.append((le, cumulative))
+            out[topic] = pairs
+        return out
 
     def processed_count(self, topic: str) -> int:
         """Successes so far for ``topic`` (a scrape-time sum)."""
@@ -181,17 +202,27 @@ class PrometheusMetrics(SourceMetrics):
 
     def lag(self, topic: str, partition: int, lag: int) -> None:
         self.consumer_lag.labels(topic, str(partition)).set(lag)
+        self._lags[(topic, partition)] = lag
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """The last lag reported per partition (end offset minus the safe commit position)."""
+        return dict(self._lags)
 
     def forget_partition(self, topic: str, partition: int) -> None:
+        self._lags.pop((topic, partition), None)
         with contextlib.suppress(KeyError):
             self.consumer_lag.remove(topic, str(partition))
 
     def consumed(self, count: int) -> None:
         self.consumed_total.inc(count)
 
+    def batch(self, events: list[Event]) -> None:
+        self.hot_keys.add(events)
+
 
 class HealthServer:
-    """Serves ``/metrics`` (Prometheus text) and ``/healthz`` (200 ok / 503 with the reason)."""
+    """Serves ``/metrics`` (Prometheus text), ``/healthz`` (200 ok / 503 with the reason) and,
+    given ``status``, ``/status`` (one JSON document, :mod:`laneway.monitor.status`)."""
 
     def __init__(
         self,
@@ -200,8 +231,9 @@ class HealthServer:
         port: int = 0,
         *,
         host: str = "127.0.0.1",
+        status: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        registry_, health_ = registry, health
+        registry_, health_, status_ = registry, health, status
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -211,6 +243,9 @@ class HealthServer:
                     problem = health_()
                     body = (problem or "ok").encode() + b"\n"
                     status, ctype = (503 if problem else 200), "text/plain; charset=utf-8"
+                elif self.path.startswith("/status") and status_ is not None:
+                    body = orjson.dumps(status_(), option=orjson.OPT_INDENT_2) + b"\n"
+                    status, ctype = 200, "application/json"
                 else:
                     body, status, ctype = b"not found\n", 404, "text/plain"
                 self.send_response(status)

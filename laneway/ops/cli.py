@@ -3,6 +3,7 @@
 laneway broker start|stop|status     a local Kafka broker on 127.0.0.1
 laneway run module:app               run a Laneway app
 laneway topics|lag|replay|dlq|health operate a cluster
+laneway top URL [URL ...]            a live view of running instances
 laneway catalog ...                  the data-catalog domain
 laneway pipeline run                 the Spark pipeline into Delta tables
 """
@@ -115,6 +116,7 @@ _SUBCOMMAND_MODULES = (
     "laneway.ops.kafka_cli",
     "laneway.ops.catalog_cli",
     "laneway.ops.spark_cli",
+    "laneway.ops.top_cli",
 )
 
 

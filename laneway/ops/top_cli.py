@@ -1,0 +1,204 @@
+"""``laneway top URL [URL ...]``: a live terminal view of the running instances of one group.
+
+Each URL is an instance's HTTP endpoint (``host:port`` or ``http://host:port``); its
+``/status`` document (:mod:`laneway.monitor.status`) is read every ``--interval`` seconds. Rates
+(records/s, retries/s, dead letters/s) and the p50/p99 handler times are taken over the last
+interval; the partitions are sorted worst first (stalled, then the oldest unfinished record,
+then the lag), as many as fit the terminal. ``--once`` prints one frame (two reads one
+interval apart) and exits.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from laneway.monitor.status import quantile
+
+__all__ = ["fetch", "register", "render"]
+
+Doc = dict[str, Any]
+
+
+def status_url(target: str) -> str:
+    url = target if "://" in target else f"http://{target}"
+    url = url.rstrip("/")
+    return url if url.endswith("/status") else f"{url}/status"
+
+
+def fetch(target: str, timeout: float = 3.0) -> Doc | None:
+    """One instance's ``/status`` document, or None when it does not answer."""
+    try:
+        with urllib.request.urlopen(status_url(target), timeout=timeout) as r:
+            doc: Doc = orjson.loads(r.read())
+            return doc
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def _totals(docs: list[Doc]) -> dict[str, Any]:
+    """Counters summed over the instances: consumed, retries, dead letters, the histogram."""
+    consumed = retries = letters = 0
+    buckets: dict[str, float] = {}
+    for doc in docs:
+        consumed += doc["process"]["consumed"]
+        for h in doc["handlers"]:
+            retries += h["retries"]
+            letters += sum(h["dead_letters"].values())
+            for le, n in h["processing_seconds"]["buckets"]:
+                buckets[str(le)] = buckets.get(str(le), 0) + n
+    return {"consumed": consumed, "retries": retries, "letters": letters, "buckets": buckets}
+
+
+def _hist(buckets: dict[str, float]) -> list[tuple[float, float]]:
+    return sorted((float("inf") if le == "+Inf" else float(le), n) for le, n in buckets.items())
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.1f}s"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
+
+
+def render(
+    docs: list[Doc | None], before: list[Doc | None] | None, elapsed: float, height: int = 24
+) -> Group:
+    """One frame of the view from the instances' documents (``before``: the previous read)."""
+    live = [d for d in docs if d is not None]
+    group = live[0]["group"] if live else "?"
+    now, then = _totals(live), _totals([d for d in (before or []) if d is not None])
+    span = max(elapsed, 1e-9)
+    if before is not None:
+        rate = (now["consumed"] - then["consumed"]) / span
+        retries = (now["retries"] - then["retries"]) / span
+        letters = (now["letters"] - then["letters"]) / span
+        window = {le: n - then["buckets"].get(le, 0) for le, n in now["buckets"].items()}
+    else:
+        rate = retries = letters = 0.0
+        window = now["buckets"]
+    hist = _hist(window)
+    mem = sum(d["process"]["events_in_memory"] for d in live)
+    cap = sum(d["process"]["max_events"] for d in live)
+    running = sum(d["process"]["running"] for d in live)
+    workers = sum(d["process"]["workers"] for d in live)
+    rebalances = sum(sum(d["process"]["rebalances"].values()) for d in live)
+    failed = sum(d["process"]["commits"].get("failed", 0) for d in live)
+    lines: list[Any] = [
+        Text(
+            f"laneway top  group {group}  {len(live)}/{len(docs)} up  {time.strftime('%H:%M:%S')}",
+            style="bold",
+        ),
+        Text(
+            f"{rate:,.0f} rec/s  p50 {_ms(quantile(hist, 0.5))}  p99 {_ms(quantile(hist, 0.99))}  "
+            f"mem {mem}/{cap}  util {100 * running / workers if workers else 0:.0f}%"
+        ),
+        Text(
+            f"retries {retries:.1f}/s  dead letters {letters:.1f}/s  rebalances {rebalances}  "
+            f"commit failures {failed}"
+        ),
+    ]
+    stalled = [s for d in live for s in d["stalled"]]
+    lines.extend(Text(f"STALLED {s}", style="bold red") for s in stalled[:3])
+    hot: dict[tuple[str, str], int] = {}
+    for d in live:
+        for h in d["process"]["hot_keys"]:
+            k = (h["topic"], h["key"] if h["key"] is not None else "<null>")
+            hot[k] = hot.get(k, 0) + h["records"]
+    top = sorted(hot.items(), key=lambda kv: kv[1], reverse=True)[:5]
+    hot_line = Text("hot keys: " + ("  ".join(f"{t}:{k} {n}" for (t, k), n in top) or "-"), no_wrap=True)
+    parts = sorted(
+        (p for d in live for p in d["partitions"]),
+        key=lambda p: (not p["stalled"], -p["oldest_age_s"], -(p["lag"] or 0)),
+    )
+    room = max(1, height - len(lines) - 3)  # the table's header, the hot keys, the prompt
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    for name, justify in (
+        ("partition", "left"),
+        ("commit", "right"),
+        ("lag", "right"),
+        ("t.lag", "right"),
+        ("oldest", "right"),
+        ("key@offset", "left"),
+        ("gap", "right"),
+        ("run/q", "right"),
+        ("P", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    for p in parts[:room]:
+        key = p["oldest_key"]
+        where = (
+            "-" if p["oldest_offset"] is None else f"{key if key is not None else '?'}@{p['oldest_offset']}"
+        )
+        table.add_row(
+            f"{p['topic']}[{p['partition']}]",
+            "-" if p["committed"] is None else str(p["committed"]),
+            "-" if p["lag"] is None else str(p["lag"]),
+            _age(p["time_lag_s"]),
+            _age(p["oldest_age_s"]) if p["oldest_offset"] is not None else "-",
+            where[:24],
+            str(p["gap"]),
+            f"{p['in_flight']}/{p['queued']}",
+            "P" if p["paused"] else "",
+            style="red" if p["stalled"] else None,
+        )
+    if len(parts) > room:
+        lines.append(Text(f"({len(parts) - room} more partitions not shown)", style="dim"))
+    return Group(*lines, table, hot_line)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``top`` to the root ``laneway`` app."""
+
+    @app.command("top")
+    def top(
+        urls: Annotated[
+            list[str], typer.Argument(help="instances' HTTP endpoints: host:port or http://host:port")
+        ],
+        once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
+        interval: Annotated[float, typer.Option(help="seconds between reads")] = 1.0,
+    ) -> None:
+        """A live view of running instances of one group: throughput, p50/p99, per partition the
+        commit position, lag, time lag, oldest unfinished record (its key and offset), gap,
+        paused; retries and dead letters per second, hot keys, rebalances; stalled partitions.
+
+        Example: laneway top 127.0.0.1:9100 127.0.0.1:9101
+        """
+        console = Console(highlight=False)
+        before = [fetch(u) for u in urls]
+        if all(d is None for d in before):
+            typer.secho(f"error: no instance answered at {', '.join(urls)}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(1)
+        taken = time.monotonic()
+        if once:
+            time.sleep(interval)
+            docs = [fetch(u) for u in urls]
+            console.print(render(docs, before, time.monotonic() - taken, console.size.height))
+            return
+        from rich.live import Live
+
+        with Live(console=console, screen=True, auto_refresh=False) as view:
+            try:
+                while True:
+                    time.sleep(interval)
+                    docs = [fetch(u) for u in urls]
+                    now = time.monotonic()
+                    view.update(render(docs, before, now - taken, console.size.height), refresh=True)
+                    before, taken = docs, now
+            except KeyboardInterrupt:
+                pass

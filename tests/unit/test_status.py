@@ -1,0 +1,174 @@
+"""The status document (issue 23): per partition from the processor's ledger, per handler from
+the metric counters, the stall check; and the hot-key summary. Counting, on the processor alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
+from laneway.engine.policies import Retry
+from laneway.engine.processor import Processor
+from laneway.monitor.hotkeys import HotKeys, Summary
+from laneway.monitor.metrics import HealthServer, PrometheusMetrics
+from laneway.monitor.status import StatusBoard, quantile
+from tests.unit.test_processor import FakeDeadLetters, wait_for
+
+TP = ("t", 0)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    g = threading.Event()
+    yield g
+    g.set()
+
+
+def _setup(gate: threading.Event, stall: float = 60.0) -> tuple[Processor, StatusBoard, PrometheusMetrics]:
+    def handle(ev: Event) -> None:
+        if ev.key == b"stuck":
+            gate.wait(10)
+        if ev.key == b"bad":
+            raise ValueError("bad record")
+
+    metrics = PrometheusMetrics()
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))
+    proc = Processor({"t": spec}, concurrency=4, dead_letters=FakeDeadLetters(), metrics=metrics)
+    proc.assign([TP, ("t", 1)])
+    board = StatusBoard(
+        name="app",
+        group="g",
+        metrics=metrics,
+        processor=lambda: proc,
+        paused=lambda: {("t", 1)},
+        caps=(1000, 1 << 20),
+        stall=stall,
+        hot_keys=metrics.hot_keys,
+    )
+    return proc, board, metrics
+
+
+def _evs(n: int, stuck_at: int = 3) -> list[Event]:
+    return [
+        Event("t", 0, i, b"stuck" if i == stuck_at else f"k{i}".encode(), b"v", timestamp_ms=1000 + i, size=1)
+        for i in range(n)
+    ]
+
+
+def test_the_document_names_the_oldest_unfinished_record_its_key_and_the_gap(gate: threading.Event) -> None:
+    proc, board, metrics = _setup(gate)
+    try:
+        evs = [*_evs(40), Event("t", 0, 40, b"bad", b"v", size=1)]
+        proc.submit(evs)
+        metrics.batch(evs)
+        wait_for(lambda: proc.events_in_memory == 1)
+        doc = orjson.loads(orjson.dumps(board.document()))
+        first, second = doc["partitions"]
+        assert (first["topic"], first["partition"]) == TP  # the one with work first
+        assert first["oldest_offset"] == 3 and first["oldest_key"] == "stuck"
+        assert first["position"] == 3
+        assert first["gap"] == 37  # 0..2 committed by position, 4..40 finished beyond it
+        assert first["in_flight"] == 1 and first["queued"] == 0
+        assert first["time_lag_s"] is not None and first["time_lag_s"] > 0
+        assert first["paused"] is False and first["stalled"] is False
+        assert second["partition"] == 1 and second["paused"] is True and second["oldest_offset"] is None
+        (handler,) = doc["handlers"]
+        assert handler["topic"] == "t"
+        assert handler["processed"] == 39  # 41 records: one running, one failed
+        assert handler["failures"] == {"ValueError": 1}
+        assert handler["dead_letters"] == {"handler": 1}
+        assert handler["processing_seconds"]["p50"] is not None
+        process = doc["process"]
+        assert process["events_in_memory"] == 1 and process["max_events"] == 1000
+        assert process["running"] == 1 and process["workers"] >= 1
+        assert doc["stalled"] == []
+    finally:
+        gate.set()
+    assert proc.drain(5)
+    (first, _) = board.partitions()
+    assert first["oldest_offset"] is None and first["gap"] == 0 and first["position"] == 41
+    proc.close()
+
+
+def test_a_partition_whose_oldest_record_does_not_move_is_named_stalled(gate: threading.Event) -> None:
+    proc, board, _ = _setup(gate, stall=0.2)
+    try:
+        proc.submit(_evs(10))
+        wait_for(lambda: proc.events_in_memory == 1)
+        assert board.stalled() is None  # first seen now
+        wait_for(lambda: board.stalled() is not None)
+        problem = board.stalled()
+        assert problem is not None
+        assert "t[0]" in problem and "offset 3" in problem and "'stuck'" in problem
+        assert "t[1]" not in problem
+    finally:
+        gate.set()
+    assert proc.drain(5)
+    assert board.stalled() is None
+    proc.close()
+
+
+def test_status_is_served_beside_metrics_and_health(gate: threading.Event) -> None:
+    import urllib.request
+
+    proc, board, metrics = _setup(gate)
+    metrics.registry.register(board.collector())
+    server = HealthServer(metrics.registry, lambda: None, status=board.document).start()
+    try:
+        proc.submit(_evs(10))
+        wait_for(lambda: proc.events_in_memory == 1)
+        base = f"http://127.0.0.1:{server.port}"
+        with urllib.request.urlopen(f"{base}/status", timeout=5) as r:
+            doc = orjson.loads(r.read())
+        assert doc["partitions"][0]["oldest_key"] == "stuck"
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert 'laneway_partition_gap{partition="0",topic="t"} 6.0' in text
+        assert 'laneway_partition_paused{partition="1",topic="t"} 1.0' in text
+        assert "laneway_stalled_partitions 0.0" in text
+    finally:
+        gate.set()
+        server.stop()
+    assert proc.drain(5)
+    proc.close()
+
+
+def test_quantiles_interpolate_within_their_bucket() -> None:
+    buckets = [(0.1, 50.0), (1.0, 100.0), (float("inf"), 100.0)]
+    assert quantile(buckets, 0.5) == pytest.approx(0.1)
+    assert quantile(buckets, 0.75) == pytest.approx(0.55)
+    assert quantile([(1.0, 0.0), (float("inf"), 0.0)], 0.5) is None
+
+
+def test_the_summary_finds_a_key_with_a_fifth_of_10000_records_in_bounded_memory() -> None:
+    summary = Summary(32)
+    peak = 0
+    for i in range(10_000):
+        summary.add(("t", b"hot" if i % 5 == 0 else f"k{i}".encode()))
+        peak = max(peak, len(summary))
+    assert peak <= 64
+    ranked = sorted(summary.counts.items(), key=lambda kv: kv[1], reverse=True)
+    (top, count), *_ = ranked
+    assert top == ("t", b"hot")
+    assert 2000 - 10_000 / 33 <= count <= 2000
+
+
+def test_hot_keys_sample_batches_and_forget_after_the_window() -> None:
+    now = [0.0]
+    hot = HotKeys(capacity=16, window=10.0, stride=8, clock=lambda: now[0])
+    for b in range(10):
+        keys = [b"hot" if i % 5 == 0 else f"k{b}-{i}".encode() for i in range(1000)]
+        batch = [Event("t", 0, b * 1000 + i, key, None) for i, key in enumerate(keys)]
+        hot.add(batch)
+        assert hot.size() <= 64
+    ((topic, key, records), *_) = hot.top(3)
+    assert (topic, key) == ("t", b"hot")
+    assert 1000 <= records <= 3000  # 2,000 records, from a 1-in-8 sample
+    now[0] = 6.0  # half a window later: still there
+    assert hot.top(1)[0][1] == b"hot"
+    now[0] = 30.0  # a whole window idle: gone
+    assert hot.top(1) == []

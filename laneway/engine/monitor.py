@@ -30,31 +30,40 @@ class Monitor:
     timeout (the watchdog). Its registries are written by workers and read by its threads,
     item by item (atomic dict operations, no lock)."""
 
-    __slots__ = ("_engine", "_timeouts", "chunks", "watched")
+    __slots__ = ("_engine", "_stopped", "_threads", "_timeouts", "chunks", "watched")
 
     def __init__(self, engine: Engine, timeouts: list[float]) -> None:
         self._engine = engine
         self._timeouts = timeouts
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
         #: chunks running, plain and async: [heads not started, start of the current call]
         self.chunks: dict[int, list[Any]] = {}
         #: sync attempts under a timeout, by worker thread: [started, event, timeout, reported]
         self.watched: dict[int, list[Any]] = {}
 
     def start(self) -> None:
-        threading.Thread(target=self._overruns, name="laneway-overrun", daemon=True).start()
+        self._threads = [threading.Thread(target=self._overruns, name="laneway-overrun", daemon=True)]
         if self._timeouts:
             tick = max(0.05, min(self._timeouts) / 4)
-            threading.Thread(
-                target=self._watchdog, args=(tick,), name="laneway-watchdog", daemon=True
-            ).start()
+            self._threads.append(
+                threading.Thread(target=self._watchdog, args=(tick,), name="laneway-watchdog", daemon=True)
+            )
+        for t in self._threads:
+            t.start()
+
+    def stop(self, deadline: float) -> None:
+        """Stop the threads and wait for them until ``deadline`` (monotonic)."""
+        self._stopped.set()
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def _overruns(self) -> None:
         """Hand back the heads a chunk has not started while one of its calls has run past
         :data:`STEAL_AFTER`: a usually cheap handler that blocks on one call holds only that
         call's lane. Handed back, they are dispatched again as after an overrun."""
         perf, engine = time.perf_counter, self._engine
-        while not engine.closed:
-            time.sleep(STEAL_TICK)
+        while not self._stopped.wait(STEAL_TICK) and not engine.closed:
             now = perf()
             for pending, started in list(self.chunks.values()):
                 if pending and now - started > STEAL_AFTER:
@@ -71,8 +80,7 @@ class Monitor:
         """Report plain handlers running past their timeout while they run (a thread cannot be
         interrupted: the attempt goes on, and its outcome decides as usual)."""
         perf, engine = time.perf_counter, self._engine
-        while not engine.closed:
-            time.sleep(tick)
+        while not self._stopped.wait(tick) and not engine.closed:
             now = perf()
             for watch in list(self.watched.values()):
                 t0, ev, timeout, reported = watch

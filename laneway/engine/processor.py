@@ -367,6 +367,7 @@ class Processor(FailurePaths):
         self._pool.close(deadline)
         if self._apool is not None:
             self._apool.close(deadline)
+        self._monitor.stop(min(deadline, time.monotonic() + 1.0))
 
     # ------------------------------------------------------------------ dispatch
 

@@ -15,6 +15,7 @@ lock to finish what it ran.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from laneway.engine import cost as _cost
@@ -30,18 +31,22 @@ __all__ = ["run_direct"]
 
 
 def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> list[Lane]:
-    """Run ``direct`` here until the first failure or the inline budget
-    (:data:`~laneway.engine.cost.INLINE_BUDGET`); the rest, the failed event first, go into
-    lanes as ``place`` would have put them, and the failed one takes the usual retry or
-    dead-letter path. Returns the lanes to dispatch.
+    """Run ``direct`` here, in order, until the inline budget
+    (:data:`~laneway.engine.cost.INLINE_BUDGET`) is spent; what is left goes into lanes as
+    ``place`` would have put them. Returns the lanes to dispatch.
+
+    A failed event goes into a lane of its own key (its partition's, in ``partition`` mode),
+    still running: :meth:`after` decides its retry, dead letter or halt. Its key's later events
+    of the batch queue behind it in that lane; the other keys' events go on running here, so a
+    rare poison record does not send the rest of the batch to the workers.
 
     Each event's handler time runs from the end of the previous call (one clock read per
     event: the loop's own step, well under a microsecond, counts as handler time).
     """
     perf, metrics = time.perf_counter, engine.metrics
     deadline = perf() + _cost.INLINE_BUDGET
-    failure: BaseException | None = None
-    done = 0  # events of ``direct`` finished (or dropped), a prefix
+    done = 0  # events of ``direct`` finished (or dropped), a prefix, until a failure
+    after: list[object] | None = None  # past a failure: per event from ``done``, see _run_on
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if first == end:
@@ -54,6 +59,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             break
         fn, deserializer = spec.fn, spec.deserializer
         took: list[float] = []
+        failure: BaseException | None = None
         for ev in direct[first:end]:
             try:
                 if deserializer is not None:
@@ -72,21 +78,86 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
         if took:
             engine.cost.learn(spec.topic, len(took), sum(took))
             metrics.processed(spec.topic, took)
+        if failure is not None:
+            after = _run_on(engine, direct, runs, done, failure, deadline)
+            break
         if done < end:
             break
     table = engine.table
     more: list[Lane] = []
-    failed: Lane | None = None
+    failed: list[tuple[Lane, BaseException]] = []
     with table.lock:
         _finish(table, direct, runs, done)
         if done < len(direct):
-            more, failed = _lane_rest(table, direct, runs, done, failure is not None)
+            more, failed = _lane_rest(table, direct, runs, done, after)
         if table.waiters:
             table.changed.notify_all()
-    if failed is not None and failure is not None:
-        ev, state = failed[0]
-        engine.after(failed, ev, state, failure)
+    for lane, error in failed:
+        ev, state = lane[0]
+        engine.after(lane, ev, state, error)
     return more
+
+
+#: in ``_run_on``'s list: the event ran and succeeded, or goes into a lane (not run)
+_OK, _QUEUE = "ok", "queue"
+
+
+def _run_on(
+    engine: Engine,
+    direct: list[Event],
+    runs: list[DirectRun],
+    start: int,
+    failure: BaseException,
+    deadline: float,
+) -> list[object]:
+    """Past a failure at ``start``: run the events after it whose key (lane) has not failed in
+    this batch, until the budget. Returns, per event from ``start``, ``_OK``, ``_QUEUE`` or the
+    error it failed with."""
+    perf, metrics = time.perf_counter, engine.metrics
+    out: list[object] = [failure]
+    blocked: set[Hashable] = set()
+    i = start
+    for r, (state, spec, _) in enumerate(runs):
+        end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
+        if end <= start:
+            continue
+        if i == start:
+            lid = _lanes.lane_id(spec, direct[start])
+            if lid is not None:
+                blocked.add(lid)
+            i += 1
+        fn, deserializer = spec.fn, spec.deserializer
+        took: list[float] = []
+        prev = perf()
+        stop = state.revoked or engine.fatal is not None
+        while i < end:
+            ev = direct[i]
+            i += 1
+            lid = _lanes.lane_id(spec, ev)
+            if stop or (lid is not None and lid in blocked) or prev > deadline:
+                out.append(_QUEUE)
+                if lid is not None:
+                    blocked.add(lid)  # its key's later events queue behind it
+                continue
+            try:
+                if deserializer is not None:
+                    ev.payload = deserialize(spec, ev)
+                if (result := fn(ev)) is not None:
+                    check_result(result)
+            except BaseException as exc:
+                out.append(exc)
+                if lid is not None:
+                    blocked.add(lid)
+                prev = perf()
+                continue
+            now = perf()
+            took.append(now - prev)
+            prev = now
+            out.append(_OK)
+        if took:
+            engine.cost.learn(spec.topic, len(took), sum(took))
+            metrics.processed(spec.topic, took)
+    return out
 
 
 def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int) -> None:
@@ -112,20 +183,33 @@ def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: 
 
 
 def _lane_rest(
-    table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int, failed_first: bool
-) -> tuple[list[Lane], Lane | None]:
-    """Put the events a direct run left into lanes, as ``place`` would have (the lock is held);
-    return the new lanes to dispatch, and the failed event's lane (not to dispatch: it is still
-    running) when the run stopped on a failure."""
+    table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int, after: list[object] | None
+) -> tuple[list[Lane], list[tuple[Lane, BaseException]]]:
+    """Past the finished prefix (the lock is held): with ``after`` (a failure's run on), finish
+    the events it ran, put the failed ones into lanes still running, and queue the rest behind
+    them or in lanes of their own; without, queue every event left, as ``place`` would have.
+    Returns the new lanes to dispatch, and the failed events' lanes with their errors (not to
+    dispatch: their outcome decides)."""
     lanes = table.lanes
     more: list[Lane] = []
-    failed: Lane | None = None
+    failed: list[tuple[Lane, BaseException]] = []
+    finished = size = 0
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if end <= done:
             continue
         for i in range(max(first, done), end):
             ev = direct[i]
+            what = after[i - done] if after is not None else _QUEUE
+            if what is _OK:
+                state.running -= 1
+                finished += 1
+                size += ev.size
+                if not state.revoked:
+                    state.tracker.done(ev.offset)
+                    if ev.outputs:
+                        state.outputs.append((ev.offset, ev.outputs))
+                continue
             lid = _lanes.lane_id(spec, ev)
             lane = lanes.get(lid) if lid is not None else None
             if lane is not None:
@@ -134,9 +218,14 @@ def _lane_rest(
                 lane = _lanes.new_lane(lid, spec, (ev, state))
                 if lid is not None:
                     lanes[lid] = lane
-                if i == done and failed_first:
-                    failed = lane  # still running: its outcome decides
+                if isinstance(what, BaseException):
+                    failed.append((lane, what))  # still running: its outcome decides
                     continue
                 more.append(lane)
             state.running -= 1
+    if finished:
+        table.events_in_memory -= finished
+        table.bytes_in_memory -= size
+        if 0 <= table.events_in_memory <= table.room_at:
+            table.room.notify_all()
     return more, failed

@@ -929,3 +929,47 @@ def test_the_lane_holding_the_commit_position_keeps_its_worker(
     # the other keys took ~300 / 3 workers x 1 ms: the hot lane ran all along on the fourth
     # (going to the back of the line each time, it would have done a few records by then)
     assert hot_done_when_others_finished[0] >= 40
+
+
+@pytest.mark.parametrize("ordering", ["key", "partition"])
+def test_a_failure_on_the_submitter_sends_only_its_own_lane_to_the_workers(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch, ordering: str
+) -> None:
+    """A poison record in a directly run batch: its key (its partition, in partition mode) goes
+    to a lane behind it; the other keys' records after it still run on the submitting thread."""
+    monkeypatch.setattr(cost_module, "INLINE_COST", 0.005)
+    me = threading.current_thread().name
+    ran: list[tuple[int, int, bytes | None, str]] = []
+
+    def handle(ev: Event) -> None:
+        if ev.value == b"poison":
+            raise ValueError("poison")
+        ran.append((ev.partition, ev.offset, ev.key, threading.current_thread().name))
+
+    spec = HandlerSpec(topic="t", fn=handle, ordering=ordering, retry=Retry(max_attempts=1))  # type: ignore[arg-type]
+    proc, sink = make(spec, concurrency=4, partitions=2)
+    proc.submit(events(200, keys=50))  # measured: cheap
+    assert proc.drain(10)
+    ran.clear()
+    batch = events(400, keys=50)
+    for ev in batch:
+        ev.offset += 100
+    poison = batch[10]  # key k10, partition 0
+    poison.value = b"poison"
+    proc.submit(batch)
+    assert proc.drain(10)
+    assert [ev.offset for ev, _, _, _ in sink.sent] == [poison.offset]
+    assert sorted((p, o) for p, o, _, _ in ran) == sorted(
+        (e.partition, e.offset) for e in batch if e is not poison
+    )
+
+    def behind(p: int, o: int, k: bytes | None) -> bool:  # queued behind the poison
+        same_lane = k == poison.key if ordering == "key" else p == poison.partition
+        return same_lane and o > poison.offset
+
+    elsewhere = [(p, o) for p, o, k, name in ran if name != me and not behind(p, o, k)]
+    assert elsewhere == []  # every other record ran right here, after the failure too
+    for k in {e.key for e in batch}:  # and each key in offset order
+        offsets = [o for p, o, key, _ in ran if key == k]
+        assert offsets == sorted(offsets)
+    assert proc.final_positions() == {("t", 0): 300, ("t", 1): 300}

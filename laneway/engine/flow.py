@@ -32,6 +32,7 @@ from laneway.engine.policies import Backpressure
 
 __all__ = [
     "MIN_SHARE",
+    "OVER_SHARE",
     "Flow",
     "Intake",
     "batch_wanted",
@@ -46,6 +47,10 @@ __all__ = [
 #: a partition's share of the event cap is never below this (nor above the cap): with many
 #: partitions a smaller one would pause and resume a partition every few records
 MIN_SHARE = 100
+#: the consumer holds a partition back at this many times its share (:func:`share`): the slack
+#: spares a pause (which drops the client's prefetched records) when the fetch order is only a
+#: little uneven, and still keeps every partition's lane fed
+OVER_SHARE = 2.0
 
 P = TypeVar("P", bound=Hashable)
 
@@ -153,6 +158,7 @@ def intake(
     held_back: Set[P],
     hot: Set[P],
     total: int | None = None,
+    waiting: Set[P] | None = None,
 ) -> Intake[P]:
     """This turn's per-partition pauses and resumes.
 
@@ -164,18 +170,24 @@ def intake(
 
     ``total``: the events the engine holds in all. While it is down to ``resume_at`` of the cap,
     the cap is not contended and a held-back partition resumes whatever it holds: a stuck key's
-    queue must not keep its partition's other keys waiting for room nobody else needs."""
+    queue must not keep its partition's other keys waiting for room nobody else needs.
+
+    ``waiting``: the partitions with records in the client or the broker still to take (None:
+    all). Shares are kept only while one of them is starved, holding under ``resume_at`` of its
+    share: a pause makes the client drop what it prefetched for the partition, so pausing at the
+    share when nobody else needs the room halves an I/O handler's throughput."""
     low = share * bp.resume_at
     uncontended = total is not None and total <= bp.max_events * bp.resume_at
+    starved = waiting is None or any(held.get(p, 0) <= low and p not in held_back for p in waiting)
     pause: list[P] = []
     resume: list[P] = []
     headroom: dict[P, int] = {}
     for p, n in held.items():
         if p in held_back:
-            if (n <= low or (uncontended and n < share)) and p not in hot:
+            if (n <= low or (uncontended and n < share) or not starved) and p not in hot:
                 resume.append(p)
                 headroom[p] = share - n
-        elif n >= share or p in hot:
+        elif (n >= share and starved) or p in hot:
             pause.append(p)
         else:
             headroom[p] = share - n

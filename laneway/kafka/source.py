@@ -39,7 +39,16 @@ from confluent_kafka import (
 )
 
 from laneway.engine.events import Event
-from laneway.engine.flow import batch_wanted, intake, key_cap, needs_room, plan, room_target, share
+from laneway.engine.flow import (
+    OVER_SHARE,
+    batch_wanted,
+    intake,
+    key_cap,
+    needs_room,
+    plan,
+    room_target,
+    share,
+)
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
@@ -225,13 +234,15 @@ class KafkaSource(RebalanceCallbacks):
             return batch_wanted(bp, self._batch, share_)
         held_back = self._held_back
         held_back &= self._assigned  # forget revoked partitions
+        held = processor.held(self._assigned, owner=self)
         turn = intake(
             bp,
-            share=share_,
-            held=processor.held(self._assigned, owner=self),
+            share=int(share_ * OVER_SHARE),
+            held=held,
             held_back=held_back,
             hot=hot,
             total=events,
+            waiting=self._waiting(held, share_ * OVER_SHARE * bp.resume_at),
         )
         if turn.pause:
             held_back.update(turn.pause)
@@ -249,6 +260,28 @@ class KafkaSource(RebalanceCallbacks):
         self._headroom = turn.headroom
         self._room_min = min(turn.headroom.values(), default=0)
         return batch_wanted(bp, self._batch, share_)
+
+    def _waiting(self, held: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
+        """Of the partitions holding at most ``low`` events, those with records still to take
+        (the client's position below the end it last saw): the ones a share would make room
+        for. Cheap: the client's cached ends, asked only for partitions running low."""
+        low_ones = [tp for tp, n in held.items() if n <= low]
+        if not low_ones:
+            return set()
+        consumer = self._consumer
+        try:
+            positions = consumer.position([TopicPartition(t, p) for t, p in low_ones])
+        except KafkaException:
+            return set(low_ones)
+        out: set[tuple[str, int]] = set()
+        for tp in positions:
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                high = None
+            if high is None or high < 0 or tp.offset < 0 or tp.offset < high:
+                out.add((tp.topic, tp.partition))
+        return out
 
     @property
     def _all_held_back(self) -> bool:
@@ -337,14 +370,8 @@ class KafkaSource(RebalanceCallbacks):
         self._held = near
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
-        if len(msgs) > max_accept or len(msgs) > self._room_min:
-            headroom = self._headroom
-            if headroom is None:
-                share_ = self._share
-                headroom = {
-                    tp: share_ - n for tp, n in self._processor.held(self._assigned, owner=self).items()
-                }
-            msgs = self._within_cap(msgs, max_accept, headroom)
+        if len(msgs) > max_accept:
+            msgs = self._within_cap(msgs, max_accept)
         ready = _events(msgs)
         if len(ready) < len(msgs):
             for msg in msgs:
@@ -355,25 +382,22 @@ class KafkaSource(RebalanceCallbacks):
             self._metrics.consumed(len(ready))
             self._metrics.batch(ready)
 
-    def _within_cap(
-        self, msgs: list[Message], max_accept: int, headroom: dict[tuple[str, int], int]
-    ) -> list[Message]:
-        """The batch without its records over the hard cap or over their partition's room under
-        its share (``headroom``; fetched before a pause took effect): each partition is sought
-        back to its first such record, to be fetched again later."""
+    def _within_cap(self, msgs: list[Message], max_accept: int) -> list[Message]:
+        """The batch without its records over the hard cap: each partition is sought back to its
+        first such record, to be fetched again later. A partition's share is kept by pausing it
+        (:meth:`_share_fairly`), not here: a batch fetched before a pause took effect may pass
+        it by that batch, where seeking back would discard the client's prefetched records and
+        stall the partition for a fetch round trip (half the throughput of an I/O handler)."""
         kept: list[Message] = []
         rewind: dict[tuple[str, int], int] = {}
-        took: dict[tuple[str, int], int] = {}
         assigned = self._assigned
         taken = 0
         for msg in msgs:
             if msg.error() is None:
                 tp: tuple[str, int] = (msg.topic(), msg.partition())  # type: ignore[assignment]
-                n = took.get(tp, 0)
-                if tp in assigned and (taken >= max_accept or n >= headroom.get(tp, 0)):
+                if tp in assigned and taken >= max_accept:
                     rewind.setdefault(tp, msg.offset())  # type: ignore[arg-type]
                     continue
-                took[tp] = n + 1
                 taken += 1
             kept.append(msg)
         for (topic, partition), offset in rewind.items():

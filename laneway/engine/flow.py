@@ -32,7 +32,6 @@ from laneway.engine.policies import Backpressure
 
 __all__ = [
     "MIN_SHARE",
-    "OVER_SHARE",
     "Flow",
     "Intake",
     "batch_wanted",
@@ -47,10 +46,6 @@ __all__ = [
 #: a partition's share of the event cap is never below this (nor above the cap): with many
 #: partitions a smaller one would pause and resume a partition every few records
 MIN_SHARE = 100
-#: the consumer holds a partition back at this many times its share (:func:`share`): the slack
-#: spares a pause (which drops the client's prefetched records) when the fetch order is only a
-#: little uneven, and still keeps every partition's lane fed
-OVER_SHARE = 2.0
 
 P = TypeVar("P", bound=Hashable)
 

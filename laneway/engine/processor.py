@@ -216,6 +216,11 @@ class Processor(FailurePaths):
             tp: s.tracker.in_process for tp in tps if (s := states.get(tp)) is not None and s.owner is owner
         }
 
+    @property
+    def partition_ordered(self) -> frozenset[str]:
+        """The topics whose handler runs one lane per partition (``ordering="partition"``)."""
+        return frozenset(t for t, sp in self._handlers.items() if sp.ordering == "partition")
+
     def cap_keys(self, max_events: int) -> None:
         """Note the keys whose lane holds more than ``max_events`` (see :meth:`hot_partitions`)."""
         self.table.key_cap = max_events

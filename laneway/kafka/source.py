@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -38,7 +37,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from laneway.engine.events import Event
 from laneway.engine.flow import (
     batch_wanted,
     intake,
@@ -54,6 +52,7 @@ from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.rebalance import RebalanceCallbacks
+from laneway.kafka.records import events_of
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
@@ -382,7 +381,7 @@ class KafkaSource(RebalanceCallbacks):
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
             msgs = self._within_cap(msgs, max_accept)
-        ready = _events(msgs)
+        ready = events_of(msgs)
         if len(ready) < len(msgs):
             for msg in msgs:
                 if (err := msg.error()) is not None:
@@ -497,23 +496,3 @@ class KafkaSource(RebalanceCallbacks):
         except Exception:
             logger.exception("closing the consumer failed")
         self._committer.close()
-
-
-def _events(msgs: list[Message]) -> list[Event]:
-    """The batch's records as events, skipping error messages: the per-record path, so a
-    comprehension with positional arguments (no deserializer is configured on the client:
-    key and value are bytes or None)."""
-    return [
-        Event(
-            msg.topic(),  # type: ignore[arg-type]
-            msg.partition(),  # type: ignore[arg-type]
-            msg.offset(),  # type: ignore[arg-type]
-            key := msg.key(),
-            value := msg.value(),
-            msg.headers(),  # type: ignore[arg-type]
-            stamp[1] if (stamp := msg.timestamp())[0] != TIMESTAMP_NOT_AVAILABLE else int(time.time() * 1000),
-            (len(value) if value else 0) + (len(key) if key else 0),
-        )
-        for msg in msgs
-        if msg.error() is None
-    ]

@@ -74,6 +74,16 @@ def test_every_runbook_url_points_at_a_playbook_heading_of_operations_md() -> No
         assert anchor in anchors, f"{url}: no heading #{anchor} in docs/operations.md"
 
 
+def test_every_link_inside_operations_md_resolves() -> None:
+    text = OPERATIONS.read_text()
+    anchors = _anchors(text)
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert len(links) >= 10
+    assert [a for a in links if a not in anchors] == []
+    for path in re.findall(r"\]\(\.\./([^)#]+)\)", text):
+        assert (ROOT / path).exists(), path
+
+
 def test_the_rules_name_only_metrics_the_app_exports_and_each_has_for_and_severity() -> None:
     text = RULES.read_text()
     exported = {_family(n) for n in _exported_names()}

@@ -32,8 +32,18 @@ lint: $(STAMP) ## ruff and mypy --strict
 	$(VENV)/bin/ruff format --check laneway tests bench
 	$(VENV)/bin/mypy
 
+.PHONY: prometheus
+prometheus: ## install Prometheus and promtool (Debian's package) for the dashboard and alert tests
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+		  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }; }; \
+	else \
+		echo "Prometheus is missing: run 'sudo apt-get install prometheus' (Debian/Ubuntu; it ships prometheus and promtool)"; \
+	fi
+
 .PHONY: test
-test: jars lint ## run the whole suite (lint, unit, integration on a real local broker)
+test: jars prometheus lint ## run the whole suite (lint, unit, integration on a real local broker)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 .PHONY: chaos

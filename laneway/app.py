@@ -144,6 +144,7 @@ class App:
             delays={t: s.delay.seconds for t, s in self.handlers.items() if s.delay is not None},
             hot_keys=self.metrics.hot_keys,
         )
+        self.status.health = self.health  # the laneway_healthy gauge
         self.metrics.registry.register(self.status.collector())
         self.sources: list[KafkaSource] = []
         self._dead_letters: KafkaDeadLetters | None = None

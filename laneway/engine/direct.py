@@ -77,7 +77,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
         done += len(took)
         if took:
             engine.cost.learn(spec.topic, len(took), sum(took))
-            metrics.processed(spec.topic, took)
+            metrics.processed(spec.topic, took, direct[first + len(took) // 2].timestamp_ms)
         if failure is not None:
             after = _run_on(engine, direct, runs, done, failure, deadline)
             break
@@ -128,6 +128,7 @@ def _run_on(
             i += 1
         fn, deserializer = spec.fn, spec.deserializer
         took: list[float] = []
+        stamp = 0
         prev = perf()
         stop = state.revoked or engine.fatal is not None
         while i < end:
@@ -153,10 +154,11 @@ def _run_on(
             now = perf()
             took.append(now - prev)
             prev = now
+            stamp = ev.timestamp_ms
             out.append(_OK)
         if took:
             engine.cost.learn(spec.topic, len(took), sum(took))
-            metrics.processed(spec.topic, took)
+            metrics.processed(spec.topic, took, stamp)
     return out
 
 

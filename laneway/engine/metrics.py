@@ -14,8 +14,11 @@ __all__ = ["Metrics", "NoopMetrics"]
 
 
 class Metrics(Protocol):
-    def processed(self, topic: str, seconds: list[float]) -> None:
-        """Events finished successfully, after these ``seconds`` each in their handler."""
+    def processed(self, topic: str, seconds: list[float], timestamp_ms: int = 0) -> None:
+        """Events finished successfully, after these ``seconds`` each in their handler.
+
+        ``timestamp_ms``: the Kafka timestamp of one of them (a sample: the run's middle one),
+        for the event-time-to-done histogram; 0 when unknown."""
 
     def failed_attempt(self, topic: str, error_type: str) -> None:
         """A handler attempt raised."""
@@ -36,7 +39,7 @@ class Metrics(Protocol):
 class NoopMetrics:
     """Metrics that go nowhere: the default for library use and unit tests."""
 
-    def processed(self, topic: str, seconds: list[float]) -> None:
+    def processed(self, topic: str, seconds: list[float], timestamp_ms: int = 0) -> None:
         pass
 
     def failed_attempt(self, topic: str, error_type: str) -> None:

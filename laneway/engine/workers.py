@@ -156,8 +156,8 @@ class ChunkRun:
         engine.cost.learn(topic, max(1, self.ran), self.busy)
         if self.pending:
             engine.hand_back(take_all(self.pending))
-        if self.took:
-            engine.metrics.processed(topic, self.took)
+        if self.took:  # the event-time sample: the chunk's middle success
+            engine.metrics.processed(topic, self.took, self.ok[len(self.ok) // 2][1].timestamp_ms)
         return engine.table.finish(self.ok) if self.ok else []
 
 

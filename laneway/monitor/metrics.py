@@ -17,6 +17,11 @@ events_in_memory                    gauge      queued + delayed + retrying + run
 bytes_in_memory                     gauge      their key and value bytes
 lanes                               gauge      key and partition lanes holding work
                                                (``unordered`` events have none)
+event_time_to_done_seconds{topic}   histogram  now minus the record's Kafka timestamp when its
+                                               handler succeeds: one sample a run (its middle
+                                               record), counted for each record of the run
+skipped_records_total               counter    records skipped unrun: finished before a restart
+                                               or a rebalance (read from commit metadata)
 parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
 conflated_records                   gauge      records of ``conflate=True`` handlers counted as
                                                done unrun since start (a newer one of their key
@@ -26,9 +31,10 @@ consumer_lag{topic,partition}       gauge      end offset minus the safe commit 
                                                has fetched from it (an idle partition the
                                                client knows no end of yet has no series:
                                                ``laneway lag GROUP`` asks the broker)
-rebalances_total{kind}              counter    assign / revoke / lost callbacks
+rebalances_total{kind}              counter    assign / revoke / lost callbacks (every kind
+                                               from the start, at 0)
 commits_total{result}               counter    offset commits the broker acknowledged (ok) or
-                                               rejected (failed)
+                                               rejected (failed) (both from the start)
 paused_partitions                   gauge      partitions paused by backpressure, all consumers
 ==================================  =========  ==========================================
 
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,33 +67,58 @@ from laneway.monitor.hotkeys import HotKeys
 
 __all__ = ["HealthServer", "PrometheusMetrics"]
 
+#: event time to done: from a few milliseconds to an hour behind
+AGE_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class _ProcessedCollector(Collector):
-    """``records_processed`` and ``processing_seconds`` without a lock per record.
+    """``records_processed``, ``processing_seconds`` and ``event_time_to_done_seconds`` without a
+    lock per record.
 
     Each worker thread counts into its own arrays (count, sum, one slot per bucket);
     a scrape adds them up. The engine reports a run of events at once, so the hot path is a
     comparison and an addition per event (a bisect for the few slower than the first bucket).
+    The event time to done is one sample per run: now minus the Kafka timestamp of the run's
+    middle record, counted once for each record of the run (a clock read and a bisect a run).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._local = threading.local()
-        self._all: list[dict[str, list[float]]] = []
+        self._all: list[tuple[dict[str, list[float]], dict[str, list[float]]]] = []
         self._lock = threading.Lock()
+        self._clock = clock
 
-    def record(self, topic: str, seconds: list[float]) -> None:
+    def record(self, topic: str, seconds: list[float], timestamp_ms: int = 0) -> None:
         try:
             mine: dict[str, list[float]] = self._local.stats
         except AttributeError:
             mine = self._local.stats = {}
+            self._local.ages = {}
             with self._lock:
-                self._all.append(mine)
+                self._all.append((mine, self._local.ages))
         arr = mine.get(topic)
         if arr is None:
             arr = mine[topic] = [0.0] * (len(_BUCKETS) + 3)
-        arr[0] += len(seconds)
+        n = len(seconds)
+        arr[0] += n
         arr[1] += sum(seconds)
         first, fast = _BUCKETS[0], 0
         for took in seconds:
@@ -95,11 +127,20 @@ class _ProcessedCollector(Collector):
             else:
                 arr[2 + bisect_left(_BUCKETS, took)] += 1
         arr[2] += fast
+        if timestamp_ms > 0:
+            ages: dict[str, list[float]] = self._local.ages
+            age_arr = ages.get(topic)
+            if age_arr is None:
+                age_arr = ages[topic] = [0.0] * (len(AGE_BUCKETS) + 3)
+            age = max(0.0, self._clock() - timestamp_ms / 1000)
+            age_arr[0] += n
+            age_arr[1] += age * n
+            age_arr[2 + bisect_left(AGE_BUCKETS, age)] += n
 
-    def totals(self) -> dict[str, list[float]]:
+    def _sum(self, which: int) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         with self._lock:
-            per_thread = list(self._all)
+            per_thread = [pair[which] for pair in self._all]
         for stats in per_thread:
             for topic, arr in list(stats.items()):
                 acc = out.setdefault(topic, [0.0] * len(arr))
@@ -107,27 +148,76 @@ class _ProcessedCollector(Collector):
                     acc[i] += v
         return out
 
+    def totals(self) -> dict[str, list[float]]:
+        """Per topic: successes, handler seconds, then the handler-time buckets."""
+        return self._sum(0)
+
+    def age_totals(self) -> dict[str, list[float]]:
+        """Per topic: records, their summed event time to done, then its buckets."""
+        return self._sum(1)
+
     def collect(self) -> Iterator[Metric]:
         processed = CounterMetricFamily("laneway_records_processed", "handler successes", labels=["topic"])
         hist = HistogramMetricFamily("laneway_processing_seconds", "handler time", labels=["topic"])
         for topic, arr in sorted(self.totals().items()):
             processed.add_metric([topic], arr[0])
-            cumulative, buckets = 0.0, []
-            for le, n in zip((*(str(b) for b in _BUCKETS), "+Inf"), arr[2:], strict=True):
-                cumulative += n
-                buckets.append((le, cumulative))
-            hist.add_metric([topic], buckets, arr[1])
+            hist.add_metric([topic], _cumulative(_BUCKETS, arr[2:]), arr[1])
+        ages = HistogramMetricFamily(
+            "laneway_event_time_to_done_seconds",
+            "now minus the record's Kafka timestamp when its handler succeeds (sampled per run)",
+            labels=["topic"],
+        )
+        for topic, arr in sorted(self.age_totals().items()):
+            ages.add_metric([topic], _cumulative(AGE_BUCKETS, arr[2:]), arr[1])
         yield processed
         yield hist
+        yield ages
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[float]) -> list[tuple[str, float]]:
+    cumulative, buckets = 0.0, []
+    for le, n in zip((*(str(b) for b in bounds), "+Inf"), counts, strict=True):
+        cumulative += n
+        buckets.append((le, cumulative))
+    return buckets
+
+
+def _pairs(bounds: tuple[float, ...], totals: dict[str, list[float]]) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {}
+    for topic, arr in totals.items():
+        cumulative, pairs = 0.0, []
+        for le, n in zip((*bounds, float("inf")), arr[2:], strict=True):
+            cumulative += n
+            pairs.append((le, cumulative))
+        out[topic] = pairs
+    return out
+
+
+class _EngineCounters(Collector):
+    """Counters the engine keeps itself, read at scrape time (``skipped_records``)."""
+
+    def __init__(self) -> None:
+        self.gauges: Callable[[], dict[str, float]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        gauges = self.gauges
+        skipped = gauges().get("skipped", 0) if gauges is not None else 0
+        yield CounterMetricFamily(
+            "laneway_skipped_records",
+            "records skipped unrun: finished before a restart or a rebalance (commit metadata)",
+            value=skipped,
+        )
 
 
 class PrometheusMetrics(SourceMetrics):
     """Both the engine's and the consumer's metric hooks, on one registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.registry = r = registry or CollectorRegistry()
         self.consumed_total = Counter("laneway_records_consumed", "records fetched", registry=r)
-        self._processed = _ProcessedCollector()
+        self._processed = _ProcessedCollector(clock)
         r.register(self._processed)
         self.failures = Counter("laneway_handler_failures", "failed attempts", ["topic", "type"], registry=r)
         self.retries = Counter("laneway_retries", "retries scheduled", ["topic"], registry=r)
@@ -143,6 +233,12 @@ class PrometheusMetrics(SourceMetrics):
         self.consumer_lag = Gauge("laneway_consumer_lag", "lag", ["topic", "partition"], registry=r)
         self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
         self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
+        for kind in ("assign", "revoke", "lost"):  # every series from the start: rate() and alerts see 0
+            self.rebalances.labels(kind)
+        for result in ("ok", "failed"):
+            self.commits.labels(result)
+        self._engine_counters = _EngineCounters()
+        r.register(self._engine_counters)
         self.paused_partitions = Gauge("laneway_paused_partitions", "paused partitions", registry=r)
         self._paused_by: dict[str, int] = {}
         self._paused_lock = threading.Lock()
@@ -151,19 +247,16 @@ class PrometheusMetrics(SourceMetrics):
         self.hot_keys = HotKeys()
 
     # engine hooks
-    def processed(self, topic: str, seconds: list[float]) -> None:
-        self._processed.record(topic, seconds)
+    def processed(self, topic: str, seconds: list[float], timestamp_ms: int = 0) -> None:
+        self._processed.record(topic, seconds, timestamp_ms)
 
     def processing_totals(self) -> dict[str, list[tuple[float, float]]]:
         """Per topic, the handler-time histogram as (upper bound, cumulative count) pairs."""
-        out: dict[str, list[tuple[float, float]]] = {}
-        for topic, arr in self._processed.totals().items():
-            cumulative, pairs = 0.0, []
-            for le, n in zip((*_BUCKETS, float("inf")), arr[2:], strict=True):
-                cumulative += n
-                pairs.append((le, cumulative))
-            out[topic] = pairs
-        return out
+        return _pairs(_BUCKETS, self._processed.totals())
+
+    def event_time_totals(self) -> dict[str, list[tuple[float, float]]]:
+        """Per topic, the event-time-to-done histogram as (upper bound, cumulative count) pairs."""
+        return _pairs(AGE_BUCKETS, self._processed.age_totals())
 
     def processed_count(self, topic: str) -> int:
         """Successes so far for ``topic`` (a scrape-time sum)."""
@@ -187,6 +280,7 @@ class PrometheusMetrics(SourceMetrics):
         self.lanes.set_function(lambda: gauges()["lanes"])
         self.parked.set_function(lambda: gauges()["parked"])
         self.conflated.set_function(lambda: gauges()["conflated"])
+        self._engine_counters.gauges = gauges
 
     # consumer hooks
     def rebalance(self, kind: str, partitions: int) -> None:

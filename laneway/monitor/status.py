@@ -100,7 +100,9 @@ class StatusBoard:
         hot_keys: HotKeys | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._name, self._group = name, group
+        self.name, self.group = name, group
+        #: the app's health check (``/healthz``), for the ``laneway_healthy`` gauge
+        self.health: Callable[[], str | None] | None = None
         self._metrics = metrics
         self._processor = processor
         self._paused = paused
@@ -174,7 +176,7 @@ class StatusBoard:
         m = self._metrics
         failures, retries = _samples(m.failures), _samples(m.retries)
         letters, stuck = _samples(m.dead_letters), _samples(m.stuck_total)
-        totals = m.processing_totals()
+        totals, ages = m.processing_totals(), m.event_time_totals()
         topics = sorted(
             {t for t, *_ in failures} | {t for t, *_ in letters} | set(totals) | {t for (t,) in retries}
         )
@@ -193,6 +195,10 @@ class StatusBoard:
                         "p50": quantile(buckets, 0.5),
                         "p99": quantile(buckets, 0.99),
                         "buckets": [[le if le != float("inf") else "+Inf", int(c)] for le, c in buckets],
+                    },
+                    "event_time_to_done_seconds": {
+                        "p50": quantile(ages.get(topic, []), 0.5),
+                        "p99": quantile(ages.get(topic, []), 0.99),
                     },
                 }
             )
@@ -224,8 +230,8 @@ class StatusBoard:
         """The whole ``/status`` document."""
         partitions = self.partitions()
         return {
-            "app": self._name,
-            "group": self._group,
+            "app": self.name,
+            "group": self.group,
             "time": round(self._clock(), 3),
             "stall_timeout_s": self.stall,
             "stalled": [stalled_text(p) for p in partitions if p["stalled"]],
@@ -279,6 +285,14 @@ class _StatusCollector(Collector):
             "position": GaugeMetricFamily(
                 "laneway_partition_commit_position", "the safe commit position", labels=labels
             ),
+            "oldest_offset": GaugeMetricFamily(
+                "laneway_partition_oldest_unfinished_offset", "the lowest unfinished offset", labels=labels
+            ),
+            "stalled": GaugeMetricFamily(
+                "laneway_partition_stalled",
+                "1 when the oldest unfinished record has not moved for the stall timeout",
+                labels=labels,
+            ),
         }
         for p in parts:
             values = [p["topic"], str(p["partition"])]
@@ -306,3 +320,14 @@ class _StatusCollector(Collector):
         )
         yield GaugeMetricFamily("laneway_max_events", "the event cap", value=process["max_events"])
         yield GaugeMetricFamily("laneway_max_bytes", "the byte cap", value=process["max_bytes"])
+        info = GaugeMetricFamily(
+            "laneway_info", "1; the app's name and consumer group as labels", labels=["app", "group"]
+        )
+        info.add_metric([board.name, board.group], 1.0)
+        yield info
+        if board.health is not None:
+            yield GaugeMetricFamily(
+                "laneway_healthy",
+                "1 when /healthz answers ok, 0 when 503",
+                value=0.0 if board.health() else 1.0,
+            )

@@ -81,3 +81,37 @@ def test_an_asynchronous_commit_is_counted_once_when_the_broker_answers() -> Non
     # counted by the callback alone: a failed one was counted "ok" when sent, then "failed" too
     assert samples["laneway_commits_total{result=ok}"] == 1
     assert samples["laneway_commits_total{result=failed}"] == 1
+
+
+def test_event_time_to_done_counts_each_run_s_sample_once_per_record() -> None:
+    metrics = PrometheusMetrics(clock=lambda: 1000.0)
+    metrics.processed("t", [0.001] * 4, timestamp_ms=999_000)  # 1 s behind, four records
+    metrics.processed("t", [0.001] * 2, timestamp_ms=400_000)  # 600 s behind, two records
+    metrics.processed("t", [0.001], timestamp_ms=1_002_000)  # a clock ahead: 0, not negative
+    metrics.processed("t", [0.001] * 5)  # no timestamp: handler time only
+    s = _samples(metrics)
+    assert s["laneway_records_processed_total{topic=t}"] == 12
+    assert s["laneway_event_time_to_done_seconds_count{topic=t}"] == 7
+    assert s["laneway_event_time_to_done_seconds_sum{topic=t}"] == 4 * 1.0 + 2 * 600.0
+    assert s["laneway_event_time_to_done_seconds_bucket{le=0.005,topic=t}"] == 1
+    assert s["laneway_event_time_to_done_seconds_bucket{le=1.0,topic=t}"] == 5
+    assert s["laneway_event_time_to_done_seconds_bucket{le=300.0,topic=t}"] == 5
+    assert s["laneway_event_time_to_done_seconds_bucket{le=900.0,topic=t}"] == 7
+    assert s["laneway_event_time_to_done_seconds_bucket{le=+Inf,topic=t}"] == 7
+    (pairs,) = metrics.event_time_totals().values()
+    assert pairs[-1] == (float("inf"), 7)
+
+
+def test_skipped_records_counter_reads_the_engine_and_commit_and_rebalance_series_start_at_zero() -> None:
+    metrics = PrometheusMetrics()
+    s = _samples(metrics)
+    assert s["laneway_skipped_records_total{}"] == 0
+    for kind in ("assign", "revoke", "lost"):
+        assert s[f"laneway_rebalances_total{{kind={kind}}}"] == 0
+    assert s["laneway_commits_total{result=ok}"] == 0 and s["laneway_commits_total{result=failed}"] == 0
+    gauges = {"events_in_memory": 0.0, "bytes_in_memory": 0.0, "lanes": 0.0, "parked": 0.0, "conflated": 0.0}
+    metrics.observe_engine(lambda: {**gauges, "skipped": 42.0})
+    metrics.commit(False)
+    s = _samples(metrics)
+    assert s["laneway_skipped_records_total{}"] == 42
+    assert s["laneway_commits_total{result=failed}"] == 1

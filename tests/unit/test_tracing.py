@@ -4,6 +4,7 @@ spans read back from the SDK's in-memory exporter."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -296,3 +297,24 @@ def test_bad_tracing_settings_name_the_field(monkeypatch: pytest.MonkeyPatch) ->
         App("a", bootstrap_servers="127.0.0.1:9092", tracing=True)
     assert bad.value.field == "tracing" and "laneway[otel]" in bad.value.reason
     App("a", bootstrap_servers="127.0.0.1:9092")  # off needs nothing
+
+
+def test_off_the_engine_never_imports_opentelemetry_and_an_app_does_not_either() -> None:
+    from tests.unit.test_floors import ROOT, imports_of
+
+    found = [
+        (path.name, target)
+        for path in sorted((ROOT / "engine").rglob("*.py"))
+        for target in imports_of(path)
+        if target.split(".")[0] == "opentelemetry"
+    ]
+    assert found == []
+    probe = (
+        "import sys\nfrom laneway import App\n"
+        "app = App('a', bootstrap_servers='127.0.0.1:9092')\n"
+        "app.handler('t')(lambda ev: None)\n"
+        "assert app._traced(app.handlers) is app.handlers\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

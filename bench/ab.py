@@ -7,6 +7,10 @@ the variants alternated run by run, so the machine's load moves all of them alik
     python -m bench.ab --records 300000 --repeats 3 \\
         raw=raw@. before=laneway-key@/tmp/before after=laneway-key@.
 
+Tracing's cost (the otel extra), the same code with spans off and on:
+
+    python -m bench.ab --traceparent off=laneway-key@. on=laneway-key-traced@.
+
 Each variant runs ``python -m bench.child`` with its checkout first on ``PYTHONPATH`` (the
 venv is this one). ``--sleep-ms`` and ``--concurrency`` give the I/O scenario. Prints every
 run (records/s over the processing window, the window's CPU per record, the load average,
@@ -32,6 +36,8 @@ from laneway.ops.broker import LocalBroker
 
 PARTITIONS = 8
 KEYS = 10_000
+#: a producer's context (``--traceparent``)
+TRACEPARENT = ("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sleep-ms", type=float, default=0.0, help="the handler sleeps this long (I/O)")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument(
+        "--traceparent",
+        action="store_true",
+        help="every record carries a W3C traceparent header (for laneway-key-traced: a link per span)",
+    )
     ap.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
     args = ap.parse_args(argv)
     variants = []
@@ -60,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kafka = Kafka(bootstrap)
         topic = kafka.topic("ab", PARTITIONS)
-        kafka.produce_backlog(topic, args.records, KEYS)
+        kafka.produce_backlog(topic, args.records, KEYS, headers=[TRACEPARENT] if args.traceparent else None)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ab-watermarks"})
         ends = [c.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)]
         c.close()
@@ -97,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                         failed += 1
                     cpu_us = r.get("cpu_window_s", 0.0) / max(1, r.get("count", 1)) * 1e6
                     verdict = "ok" if ok else "FAIL " + str(r.get("error"))[-300:]
+                    if "spans" in r:
+                        verdict += f"  spans {r['spans']:,}"
                     print(
                         f"run {rep} {name:<12} {rate:>10,.0f} rec/s  {cpu_us:6.2f} µs CPU/record  "
                         f"load {os.getloadavg()[0]:.1f}  {verdict}",

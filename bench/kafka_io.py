@@ -59,8 +59,11 @@ class Kafka:
             }
         )
 
-    def produce_backlog(self, topic: str, n: int, keys: int, seed: int = 1) -> None:
-        """``n`` records over ``keys`` keys (uniform at random), each key's sequence increasing."""
+    def produce_backlog(
+        self, topic: str, n: int, keys: int, seed: int = 1, headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
+        """``n`` records over ``keys`` keys (uniform at random), each key's sequence increasing;
+        ``headers`` on every record."""
         p = self._producer(linger_ms=20)
         rng = random.Random(seed)
         seqs = [0] * keys
@@ -73,7 +76,10 @@ class Kafka:
             value = pack(kid, seqs[kid], ts, False) + _PAD
             while True:
                 try:
-                    produce(topic, value, names[kid])
+                    if headers is None:
+                        produce(topic, value, names[kid])
+                    else:
+                        produce(topic, value, names[kid], headers=headers)
                     break
                 except BufferError:
                     poll(0.05)

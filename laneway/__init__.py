@@ -9,6 +9,7 @@ from laneway.engine.events import Event
 from laneway.engine.policies import Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts
 from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
 from laneway.kafka.commit import OutputError
+from laneway.settings import Tracing
 
 __all__ = [
     "App",
@@ -26,6 +27,7 @@ __all__ = [
     "OutputError",
     "Retry",
     "Timeouts",
+    "Tracing",
 ]
 
 __version__ = "0.1.0"

@@ -43,7 +43,7 @@ from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
-from laneway.settings import AppSettings, replica, shared_client_config, upgrade_keywords
+from laneway.settings import AppSettings, Tracing, replica, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings"]
 
@@ -100,6 +100,7 @@ class App:
         exactly_once: ExactlyOnce | None = None,
         kafka_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
+        tracing: Tracing | bool | None = None,
         **deprecated: Any,
     ) -> None:
         _require("backpressure", backpressure, Backpressure)
@@ -107,6 +108,8 @@ class App:
         _require("metrics_server", metrics_server, MetricsServer)
         if not isinstance(exactly_once, bool):  # a bool is the deprecated form, upgraded below
             _require("exactly_once", exactly_once, ExactlyOnce)
+        if not isinstance(tracing, bool):
+            _require("tracing", tracing, Tracing)
         timeouts, metrics_server, exactly_once = upgrade_keywords(
             deprecated, timeouts, metrics_server, exactly_once
         )
@@ -125,10 +128,16 @@ class App:
                 exactly_once=exactly_once,
                 kafka_config=kafka_config or {},
                 producer_config=producer_config or {},
+                tracing=Tracing() if tracing is True else tracing or None,
             )
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ConfigError(".".join(str(p) for p in first["loc"]), first["msg"]) from None
+        if self.settings.tracing is not None:
+            try:
+                import laneway.monitor.tracing  # noqa: F401
+            except ImportError as exc:
+                raise ConfigError("tracing", f"needs pip install 'laneway[otel]' ({exc})") from None
         self.handlers: dict[str, HandlerSpec] = {}
         self.metrics = PrometheusMetrics()
         self.processor: Processor | None = None
@@ -287,7 +296,7 @@ class App:
             tune_gc()
         self._dead_letters = KafkaDeadLetters(self._producer_config())
         self.processor = Processor(
-            self.handlers,
+            self._traced(self.handlers),
             concurrency=s.concurrency,
             event_loop=s.event_loop,
             dead_letters=self._dead_letters,
@@ -321,6 +330,23 @@ class App:
             topics,
         )
         return self
+
+    def _traced(self, handlers: dict[str, HandlerSpec]) -> dict[str, HandlerSpec]:
+        """The handlers the engine runs: wrapped in spans when tracing is on (docs/tracing.md)."""
+        if (t := self.settings.tracing) is None:
+            return handlers
+        from laneway.monitor.tracing import traced
+
+        return {
+            topic: traced(
+                spec,
+                group=self.settings.group_id,
+                tracer_provider=t.tracer_provider,
+                producer_as_parent=t.producer_as_parent,
+                max_key_length=t.max_key_length,
+            )
+            for topic, spec in handlers.items()
+        }
 
     @property
     def metrics_port(self) -> int | None:

@@ -11,17 +11,19 @@ letters) take only its connection and security settings (:func:`shared_client_co
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
+from laneway.errors import ConfigError
 
 __all__ = [
     "DEPRECATED_KEYWORDS",
     "RESERVED_KAFKA_KEYS",
     "AppSettings",
+    "Tracing",
     "replica",
     "shared_client_config",
     "upgrade_keywords",
@@ -98,6 +100,30 @@ DEPRECATED_KEYWORDS: Final[dict[str, str]] = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Tracing:
+    """OpenTelemetry spans around handler calls (the ``otel`` extra; docs/tracing.md).
+
+    ``App(..., tracing=True)`` is ``tracing=Tracing()``.
+    """
+
+    #: an OpenTelemetry ``TracerProvider``; None: the global one (``trace.set_tracer_provider``)
+    tracer_provider: Any = None
+    #: the record's ``traceparent`` is the span's parent as well as its link
+    producer_as_parent: bool = False
+    #: keys up to this many bytes (UTF-8 text) go into ``messaging.kafka.message.key``; 0: none
+    max_key_length: int = 64
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.producer_as_parent, bool):
+            raise ConfigError(
+                "tracing.producer_as_parent", f"must be True or False, got {self.producer_as_parent!r}"
+            )
+        n = self.max_key_length
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ConfigError("tracing.max_key_length", f"must be a whole number >= 0, got {n!r}")
+
+
 class AppSettings(BaseModel):
     """Validated app settings; an error names the field."""
 
@@ -122,6 +148,8 @@ class AppSettings(BaseModel):
     kafka_config: dict[str, Any] = Field(default_factory=dict)
     #: the producers' librdkafka settings, over the shared ones of ``kafka_config``
     producer_config: dict[str, Any] = Field(default_factory=dict)
+    #: None: no spans (docs/tracing.md)
+    tracing: InstanceOf[Tracing] | None = None
 
     @field_validator("kafka_config", "producer_config")
     @classmethod

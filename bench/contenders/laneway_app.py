@@ -2,7 +2,10 @@
 
 ``laneway-key`` and ``laneway-unordered`` register a plain function (the thread pool);
 ``laneway-key-async`` registers an ``async def`` handler (the asyncio pool), whose sleep is
-``asyncio.sleep``: the same per-record work otherwise.
+``asyncio.sleep``: the same per-record work otherwise. ``laneway-key-traced`` is
+``laneway-key`` with tracing on (:func:`_tracing`): an SDK provider whose batch processor hands
+the spans to an exporter that counts them (``spans`` in the result) and sends nothing;
+``laneway-key-traced-1pct`` samples 1% of the traces.
 
 The adversity options of :class:`RunSpec` (``bench/adversity.py``) wrap the plain handler
 (:func:`_adverse`): failing records, a stuck key, a log of each record's start and finish,
@@ -17,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from confluent_kafka import Consumer
@@ -39,6 +42,8 @@ def run(spec: RunSpec, rec: Recorder) -> None:
     logging.getLogger("laneway").setLevel(logging.WARNING)
     _count_pauses(rec)
     timeouts = getattr(laneway, "Timeouts", None)
+    traced = spec.contender.startswith("laneway-key-traced")
+    provider, tracing = _tracing(rec, spec.contender.endswith("-1pct")) if traced else (None, {})
     app = App(
         f"bench-{spec.contender}",
         bootstrap_servers=spec.bootstrap,
@@ -51,6 +56,7 @@ def run(spec: RunSpec, rec: Recorder) -> None:
             if timeouts is not None
             else {"commit_interval": spec.commit_interval}
         ),
+        **tracing,
     )
     handle = rec.handle
     own = "unordered" if spec.contender == "laneway-unordered" else "key"
@@ -79,6 +85,28 @@ def run(spec: RunSpec, rec: Recorder) -> None:
 
         app.handler(spec.topic, **options)(handler)
     app.run_until(rec.done.is_set, spec.timeout)
+    if provider is not None:
+        provider.shutdown()  # the spans still queued are exported (counted)
+
+
+def _tracing(rec: Recorder, sampled: bool) -> tuple[Any, dict[str, Any]]:
+    """A tracer provider as an app would run one (the SDK's batch span processor), whose exporter
+    counts the spans into ``rec.extra["spans"]``; and the App keyword that turns tracing on.
+    ``sampled``: a sampler keeps 1% of the traces."""
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, TraceIdRatioBased
+
+    rec.extra["spans"] = 0
+
+    class Counting(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            rec.extra["spans"] += len(spans)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=TraceIdRatioBased(0.01) if sampled else ALWAYS_ON)
+    provider.add_span_processor(BatchSpanProcessor(Counting()))
+    return provider, {"tracing": laneway.Tracing(tracer_provider=provider)}
 
 
 class Poison(Exception):

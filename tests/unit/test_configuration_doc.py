@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from laneway import App, Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts
+from laneway import App, Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts, Tracing
 from laneway.settings import DEPRECATED_KEYWORDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -81,6 +81,7 @@ def _fields(cls: type) -> dict[str, Any]:
         ("Timeouts", lambda: _fields(Timeouts)),
         ("MetricsServer", lambda: _fields(MetricsServer)),
         ("ExactlyOnce", lambda: _fields(ExactlyOnce)),
+        ("Tracing", lambda: _fields(Tracing)),
         ("Retry", lambda: _fields(Retry)),
         ("Delay", lambda: _fields(Delay)),
     ],
@@ -110,6 +111,7 @@ def test_every_table_is_checked() -> None:
         "Timeouts",
         "MetricsServer",
         "ExactlyOnce",
+        "Tracing",
         "Retry",
         "Delay",
         "Keywords replaced by policy objects",

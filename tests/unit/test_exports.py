@@ -25,6 +25,7 @@ def test_top_level_exports() -> None:
         "OutputError",
         "Retry",
         "Timeouts",
+        "Tracing",
     ]
     for name in laneway.__all__:
         assert getattr(laneway, name) is not None

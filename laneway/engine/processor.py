@@ -31,6 +31,7 @@ from laneway.engine.direct import run_direct
 from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.failures import FailurePaths
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
+from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
@@ -90,6 +91,7 @@ class Processor(FailurePaths):
         self._timer = Timer(clock)
         self._parked = 0
         self._park_lock = threading.Lock()
+        self._inbox = Inbox(self._timer.schedule, clock, self._to_workers)
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )
@@ -190,6 +192,8 @@ class Processor(FailurePaths):
             submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
                 id(owner), threading.Lock()
             )
+        if self._inbox:
+            self._dispatch(self._inbox.take(), inline=True)
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:
             with self._lock:
@@ -447,9 +451,23 @@ class Processor(FailurePaths):
             with self._park_lock:
                 self._parked -= 1
             if not self.closed:
-                self._dispatch([lane])
+                self._ready(lane)
 
         self._timer.schedule(due, fire)
+
+    def _ready(self, lane: Lane) -> None:
+        """A lane made ready off the submitting thread (a backoff's end, a dead letter's
+        acknowledgement): a cheap plain handler's waits in the inbox for the next submit
+        (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
+        topic = lane.spec.topic
+        if topic in self._direct_ok and self.cost.inline_allowed(self.cost.cost(topic)):
+            self._inbox.put(lane)
+        else:
+            self._dispatch([lane])
+
+    def _to_workers(self, lanes: list[Lane]) -> None:
+        if not self.closed:
+            self._dispatch(lanes)
 
     def hand_back(self, rest: list[Head]) -> None:
         """Give heads taken but not run back to the pool: no longer running, their lanes

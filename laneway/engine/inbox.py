@@ -9,7 +9,9 @@ consumer makes into the client releases the GIL and then waits for the worker's 
 interval to get it back. At 3% of records failing once, that cost most of the throughput.
 
 So such a lane waits here, and the next :meth:`Processor.submit
-<laneway.engine.processor.Processor.submit>` runs it inline. A consumer that submits nothing
+<laneway.engine.processor.Processor.submit>` (or :meth:`~laneway.engine.processor.Processor.wait_for_room`)
+runs it inline, up to the inline budget; what the budget leaves waits for the next one. The
+events a direct run leaves past its budget wait here too. A consumer that submits nothing
 for :data:`WAIT` (an idle topic, a rebalance) does not hold it back: the timer then hands
 what waits to the workers.
 
@@ -27,7 +29,7 @@ from laneway.engine.lanes import Lane
 __all__ = ["WAIT", "Inbox"]
 
 #: the longest a lane waits for a submit before the timer hands it to the workers (s)
-WAIT = 0.01
+WAIT = 0.02
 
 
 class Inbox:

@@ -192,8 +192,7 @@ class Processor(FailurePaths):
             submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
                 id(owner), threading.Lock()
             )
-        if self._inbox:
-            self._dispatch(self._inbox.take(), inline=True)
+        self.run_waiting()
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:
             with self._lock:
@@ -201,10 +200,11 @@ class Processor(FailurePaths):
                     events, owner, self._ledger.states, self._handlers, here
                 )
             left = run_direct(self, direct, runs) if direct else None
-        if left:
-            self._dispatch(left)
+        if left:  # past the inline budget: for the next submit, or the workers if none comes
+            for lane in left:
+                self._ready(lane)
         if to_dispatch:
-            self._dispatch(to_dispatch, inline=True)
+            self._dispatch(to_dispatch, inline=True, keep=True)
         return accepted
 
     @property
@@ -305,9 +305,16 @@ class Processor(FailurePaths):
         """Wait until nothing is held in memory; False on timeout."""
         return self.table.wait_until_empty(timeout, lambda: self.fatal is not None)
 
+    def run_waiting(self) -> None:
+        """Run the lanes waiting for a submitting thread (:mod:`~laneway.engine.inbox`) here,
+        up to the inline budget; what it leaves waits for the next call."""
+        if self._inbox:
+            self._dispatch(self._inbox.take(), inline=True, keep=True)
+
     def wait_for_room(self, max_events: int, max_bytes: int, timeout: float) -> bool:
         """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
-        held; True when they are."""
+        held; True when they are. Runs what waits for this thread first (:meth:`run_waiting`)."""
+        self.run_waiting()
         return self.table.wait_for_room(max_events, max_bytes, timeout, lambda: self.fatal is not None)
 
     def final_positions(
@@ -380,7 +387,7 @@ class Processor(FailurePaths):
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, lanes: list[Lane], inline: bool = False) -> None:
+    def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
 
         Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
@@ -392,7 +399,8 @@ class Processor(FailurePaths):
         ``inline`` (from :meth:`submit`): chunks of a plain handler measured cheap enough run
         right here, on the consumer thread, for up to the inline budget: a hand-off to a
         worker thread would cost more than the handler, and the two threads would fight over
-        the GIL. What is left goes to the workers.
+        the GIL. What is left goes to the workers; with ``keep``, a cheap plain handler's waits
+        in the inbox for the next submit instead (the workers take it if none comes).
         """
         groups: dict[str, list[Lane]] = {}
         now: float | None = None
@@ -426,6 +434,11 @@ class Processor(FailurePaths):
                 continue
             if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(cost):
                 chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
+                if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
+                    for chunk in chunks:
+                        for lane in chunk:
+                            self._inbox.put(lane)
+                    continue
             self._pool.put(chunks)
 
     def _run_inline(self, chunks: list[list[Lane]]) -> list[list[Lane]]:

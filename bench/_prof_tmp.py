@@ -21,4 +21,4 @@ with LocalBroker.create() as broker:
             cmd = ["/work/main/.venv/bin/py-spy", "record", "-r", "200", "-f", "raw", "-o", os.environ["PROF"] + f".{i}", "--threads", "--"] + cmd
         subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(lab.paths["x"])}, stdout=subprocess.DEVNULL)
         r = json.loads((run / "result.json").read_text())
-        print(case, r["count"], round(r["count"] / r["window_s"]))
+        print(case, r["count"], round(r["count"] / r["window_s"]), {k: v for k, v in r.items() if k not in ("seqs", "per_key", "offsets")})

@@ -15,14 +15,15 @@ lock to finish what it ran.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from laneway.engine import cost as _cost
 from laneway.engine import lanes as _lanes
 from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
 from laneway.engine.lanes import DirectRun, Lane, LaneTable
 from laneway.engine.outcomes import check_result, deserialize
+from laneway.engine.partitions import PartitionState
 
 if TYPE_CHECKING:
     from laneway.engine.workers import Engine
@@ -46,7 +47,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     perf, metrics = time.perf_counter, engine.metrics
     deadline = perf() + _cost.INLINE_BUDGET
     done = 0  # events of ``direct`` finished (or dropped), a prefix, until a failure
-    after: list[object] | None = None  # past a failure: per event from ``done``, see _run_on
+    after: After | None = None  # past a failure: per run from ``done``, see _run_on
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if first == end:
@@ -98,8 +99,12 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     return more
 
 
-#: in ``_run_on``'s list: the event ran and succeeded, or goes into a lane (not run)
-_OK, _QUEUE = "ok", "queue"
+#: in ``_run_on``'s lists: an event left for its lane (not run)
+_QUEUE = "queue"
+
+#: what ``_run_on`` returns per run from the failure on: (state, spec, the events that ran and
+#: succeeded, and the others in order with ``_QUEUE`` or the error they failed with)
+After = list[tuple[PartitionState, HandlerSpec, list[Event], list[tuple[Event, object]]]]
 
 
 def _run_on(
@@ -109,36 +114,53 @@ def _run_on(
     start: int,
     failure: BaseException,
     deadline: float,
-) -> list[object]:
-    """Past a failure at ``start``: run the events after it whose key (lane) has not failed in
-    this batch, until the budget. Returns, per event from ``start``, ``_OK``, ``_QUEUE`` or the
-    error it failed with."""
+) -> After:
+    """Past a failure at ``start``: run the events after it whose lane has not failed in this
+    batch, until the budget. Returns, per run from ``start``, the events that succeeded and the
+    others (queued or failed), each in order.
+
+    A lane is told by its member in ``blocked`` (per topic): the key in ``key`` mode, the
+    partition otherwise (and for keyless events); ``unordered`` events have lanes of their own
+    and never wait for another's failure."""
     perf, metrics = time.perf_counter, engine.metrics
-    out: list[object] = [failure]
-    blocked: set[Hashable] = set()
-    i = start
-    for r, (state, spec, _) in enumerate(runs):
+    blocked: dict[str, set[object]] = {}
+    out: After = []
+    stop = False
+    for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if end <= start:
             continue
+        topic, ordering = spec.topic, spec.ordering
+        lanes_of = blocked.get(topic)
+        if lanes_of is None:
+            lanes_of = blocked[topic] = set()
+        by_key, unordered = ordering == "key", ordering == "unordered"
+        whole = (None, state.tp[1])  # the partition's lane (never equal to a key's bytes)
+        ok: list[Event] = []
+        rest: list[tuple[Event, object]] = []
+        out.append((state, spec, ok, rest))
+        i = max(first, start)
         if i == start:
-            lid = _lanes.lane_id(spec, direct[start])
-            if lid is not None:
-                blocked.add(lid)
+            rest.append((direct[start], failure))
+            if not unordered:
+                key = direct[start].key
+                lanes_of.add(key if by_key and key is not None else whole)
             i += 1
         fn, deserializer = spec.fn, spec.deserializer
         took: list[float] = []
-        stamp = 0
+        hold = state.revoked or engine.fatal is not None  # this run's events go to lanes
         prev = perf()
-        stop = state.revoked or engine.fatal is not None
-        while i < end:
-            ev = direct[i]
-            i += 1
-            lid = _lanes.lane_id(spec, ev)
-            if stop or (lid is not None and lid in blocked) or prev > deadline:
-                out.append(_QUEUE)
-                if lid is not None:
-                    blocked.add(lid)  # its key's later events queue behind it
+        for ev in direct[i:end]:
+            if unordered:
+                member: object = None
+            else:
+                key = ev.key
+                member = key if by_key and key is not None else whole
+            if stop or hold or (lanes_of and member in lanes_of) or prev > deadline:
+                stop = stop or prev > deadline  # past the budget: every later event too
+                rest.append((ev, _QUEUE))
+                if member is not None:
+                    lanes_of.add(member)  # its lane's later events queue behind it
                 continue
             try:
                 if deserializer is not None:
@@ -146,19 +168,18 @@ def _run_on(
                 if (result := fn(ev)) is not None:
                     check_result(result)
             except BaseException as exc:
-                out.append(exc)
-                if lid is not None:
-                    blocked.add(lid)
+                rest.append((ev, exc))
+                if member is not None:
+                    lanes_of.add(member)
                 prev = perf()
                 continue
             now = perf()
             took.append(now - prev)
             prev = now
-            stamp = ev.timestamp_ms
-            out.append(_OK)
+            ok.append(ev)
         if took:
-            engine.cost.learn(spec.topic, len(took), sum(took))
-            metrics.processed(spec.topic, took, stamp)
+            engine.cost.learn(topic, len(took), sum(took))
+            metrics.processed(topic, took, ok[len(ok) // 2].timestamp_ms)
     return out
 
 
@@ -185,33 +206,34 @@ def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: 
 
 
 def _lane_rest(
-    table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int, after: list[object] | None
+    table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int, after: After | None
 ) -> tuple[list[Lane], list[tuple[Lane, BaseException]]]:
     """Past the finished prefix (the lock is held): with ``after`` (a failure's run on), finish
     the events it ran, put the failed ones into lanes still running, and queue the rest behind
     them or in lanes of their own; without, queue every event left, as ``place`` would have.
     Returns the new lanes to dispatch, and the failed events' lanes with their errors (not to
     dispatch: their outcome decides)."""
+    if after is None:
+        after = []
+        for r, (state, spec, first) in enumerate(runs):
+            end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
+            if end > done:
+                after.append((state, spec, [], [(ev, _QUEUE) for ev in direct[max(first, done) : end]]))
     lanes = table.lanes
     more: list[Lane] = []
     failed: list[tuple[Lane, BaseException]] = []
     finished = size = 0
-    for r, (state, spec, first) in enumerate(runs):
-        end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
-        if end <= done:
-            continue
-        for i in range(max(first, done), end):
-            ev = direct[i]
-            what = after[i - done] if after is not None else _QUEUE
-            if what is _OK:
-                state.running -= 1
-                finished += 1
-                size += ev.size
-                if not state.revoked:
-                    state.tracker.done(ev.offset)
+    for state, spec, ok, rest in after:
+        if ok:
+            state.running -= len(ok)
+            finished += len(ok)
+            size += sum([ev.size for ev in ok])
+            if not state.revoked:
+                state.tracker.done_many([ev.offset for ev in ok])
+                for ev in ok:
                     if ev.outputs:
                         state.outputs.append((ev.offset, ev.outputs))
-                continue
+        for ev, what in rest:
             lid = _lanes.lane_id(spec, ev)
             lane = lanes.get(lid) if lid is not None else None
             if lane is not None:

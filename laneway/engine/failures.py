@@ -46,6 +46,9 @@ class FailurePaths:
     def _park(self, due: float, lane: Lane) -> None:
         raise NotImplementedError  # the processor's
 
+    def _ready(self, lane: Lane) -> None:
+        raise NotImplementedError  # the processor's
+
     def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
         """Carry out an attempt's outcome: finish it, or retry, dead-letter or halt. Never
         blocks: a retry parks the lane on the timer (its thread goes on with other lanes), and
@@ -135,8 +138,9 @@ class FailurePaths:
             cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
         )
         more = self.table.finish([(lane, ev, state)])
-        if more and not self.closed:
-            self._dispatch(more)
+        if not self.closed:
+            for nxt in more:
+                self._ready(nxt)
 
     def halt(self, error: BaseException) -> None:
         with self._lock:

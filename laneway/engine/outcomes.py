@@ -8,7 +8,9 @@ importing the processor.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import linecache
 import traceback
 from typing import Literal
 
@@ -90,5 +92,48 @@ def cut(text: str, limit: int = 300) -> str:
 
 
 def format_error(error: BaseException) -> str:
-    """The traceback text stored in the dead-letter headers."""
-    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    """The traceback text stored in the dead-letter headers: :func:`traceback.format_exception`'s
+    text, chained causes included, without the ``^^^`` lines under each source line.
+
+    Built from a cache of frame lines: the standard formatter stats every file of the stack and
+    parses each line for its carets, which cost about 0.3 ms a letter on a consumer thread that
+    dead-letters hundreds a second. Exception groups take the standard formatter."""
+    chain: list[tuple[BaseException, str]] = []
+    seen: set[int] = set()
+    exc: BaseException | None = error
+    joint = ""
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, BaseExceptionGroup):
+            return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        seen.add(id(exc))
+        chain.append((exc, joint))
+        if exc.__cause__ is not None:
+            exc, joint = exc.__cause__, _CAUSE
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            exc, joint = exc.__context__, _CONTEXT
+        else:
+            exc = None
+    parts: list[str] = []
+    for exc, joint in reversed(chain):
+        tb = exc.__traceback__
+        if tb is not None:
+            parts.append("Traceback (most recent call last):\n")
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                parts.append(_frame_text(code.co_filename, tb.tb_lineno, code.co_name))
+                tb = tb.tb_next
+        parts.extend(traceback.format_exception_only(type(exc), exc))
+        if joint:
+            parts.append(joint)
+    return "".join(parts)
+
+
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_text(filename: str, lineno: int, name: str) -> str:
+    line = linecache.getline(filename, lineno).strip()
+    head = f'  File "{filename}", line {lineno}, in {name}\n'
+    return f"{head}    {line}\n" if line else head

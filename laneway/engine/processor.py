@@ -31,6 +31,7 @@ from laneway.engine.direct import run_direct
 from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.failures import FailurePaths
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
+from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
@@ -90,6 +91,7 @@ class Processor(FailurePaths):
         self._timer = Timer(clock)
         self._parked = 0
         self._park_lock = threading.Lock()
+        self._inbox = Inbox(self._timer.schedule, clock, self._to_workers)
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )
@@ -190,6 +192,7 @@ class Processor(FailurePaths):
             submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
                 id(owner), threading.Lock()
             )
+        self.run_waiting()
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:
             with self._lock:
@@ -197,10 +200,11 @@ class Processor(FailurePaths):
                     events, owner, self._ledger.states, self._handlers, here
                 )
             left = run_direct(self, direct, runs) if direct else None
-        if left:
-            self._dispatch(left)
+        if left:  # past the inline budget: for the next submit, or the workers if none comes
+            for lane in left:
+                self._ready(lane)
         if to_dispatch:
-            self._dispatch(to_dispatch, inline=True)
+            self._dispatch(to_dispatch, inline=True, keep=True)
         return accepted
 
     @property
@@ -301,9 +305,16 @@ class Processor(FailurePaths):
         """Wait until nothing is held in memory; False on timeout."""
         return self.table.wait_until_empty(timeout, lambda: self.fatal is not None)
 
+    def run_waiting(self) -> None:
+        """Run the lanes waiting for a submitting thread (:mod:`~laneway.engine.inbox`) here,
+        up to the inline budget; what it leaves waits for the next call."""
+        if self._inbox:
+            self._dispatch(self._inbox.take(), inline=True, keep=True)
+
     def wait_for_room(self, max_events: int, max_bytes: int, timeout: float) -> bool:
         """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
-        held; True when they are."""
+        held; True when they are. Runs what waits for this thread first (:meth:`run_waiting`)."""
+        self.run_waiting()
         return self.table.wait_for_room(max_events, max_bytes, timeout, lambda: self.fatal is not None)
 
     def final_positions(
@@ -376,7 +387,7 @@ class Processor(FailurePaths):
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, lanes: list[Lane], inline: bool = False) -> None:
+    def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
 
         Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
@@ -388,7 +399,8 @@ class Processor(FailurePaths):
         ``inline`` (from :meth:`submit`): chunks of a plain handler measured cheap enough run
         right here, on the consumer thread, for up to the inline budget: a hand-off to a
         worker thread would cost more than the handler, and the two threads would fight over
-        the GIL. What is left goes to the workers.
+        the GIL. What is left goes to the workers; with ``keep``, a cheap plain handler's waits
+        in the inbox for the next submit instead (the workers take it if none comes).
         """
         groups: dict[str, list[Lane]] = {}
         now: float | None = None
@@ -422,6 +434,11 @@ class Processor(FailurePaths):
                 continue
             if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(cost):
                 chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
+                if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
+                    for chunk in chunks:
+                        for lane in chunk:
+                            self._inbox.put(lane)
+                    continue
             self._pool.put(chunks)
 
     def _run_inline(self, chunks: list[list[Lane]]) -> list[list[Lane]]:
@@ -447,9 +464,23 @@ class Processor(FailurePaths):
             with self._park_lock:
                 self._parked -= 1
             if not self.closed:
-                self._dispatch([lane])
+                self._ready(lane)
 
         self._timer.schedule(due, fire)
+
+    def _ready(self, lane: Lane) -> None:
+        """A lane made ready off the submitting thread (a backoff's end, a dead letter's
+        acknowledgement): a cheap plain handler's waits in the inbox for the next submit
+        (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
+        topic = lane.spec.topic
+        if topic in self._direct_ok and self.cost.inline_allowed(self.cost.cost(topic)):
+            self._inbox.put(lane)
+        else:
+            self._dispatch([lane])
+
+    def _to_workers(self, lanes: list[Lane]) -> None:
+        if not self.closed:
+            self._dispatch(lanes)
 
     def hand_back(self, rest: list[Head]) -> None:
         """Give heads taken but not run back to the pool: no longer running, their lanes

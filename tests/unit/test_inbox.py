@@ -1,0 +1,168 @@
+"""The submitting thread's inbox: a cheap plain handler's lanes that become ready off the
+consumer thread (a backoff's end, a dead letter's acknowledgement) run on the next submit, and
+go to the workers only when no submit comes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from laneway import Retry
+from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
+from laneway.engine.inbox import Inbox
+from laneway.engine.lanes import Lane
+from laneway.engine.processor import Processor
+from tests.unit.test_processor import FakeDeadLetters, wait_for
+
+TP0 = ("t", 0)
+
+
+class FakeTimer:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.due: list[tuple[float, Callable[[], None]]] = []
+
+    def schedule(self, due: float, fn: Callable[[], None]) -> None:
+        self.due.append((due, fn))
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        fire = [fn for due, fn in self.due if due <= self.now]
+        self.due = [(due, fn) for due, fn in self.due if due > self.now]
+        for fn in fire:
+            fn()
+
+
+def lane(name: str) -> Lane:
+    out = Lane()
+    out.id = name
+    return out
+
+
+def test_a_lane_put_is_taken_once_by_a_submit_or_flushed_to_the_workers_after_the_wait() -> None:
+    timer = FakeTimer()
+    flushed: list[list[Lane]] = []
+    inbox = Inbox(timer.schedule, lambda: timer.now, flushed.append, wait=0.01)
+    a, b, c = lane("a"), lane("b"), lane("c")
+    inbox.put(a)
+    inbox.put(b)
+    assert len(timer.due) == 1  # one flush armed for both
+    assert inbox.take() == [a, b] and inbox.take() == []
+    timer.advance(0.01)  # the flush finds nothing: the submit took them
+    assert flushed == []
+    inbox.put(c)  # armed again
+    timer.advance(0.005)
+    inbox.put(a)  # a lane put late in the wait gets a whole wait of its own
+    assert flushed == []
+    timer.advance(0.005)
+    assert flushed == [[c]] and len(inbox) == 1
+    timer.advance(0.005)
+    assert flushed == [[c], [a]] and len(inbox) == 0
+
+
+def test_lanes_put_from_many_threads_are_each_taken_exactly_once() -> None:
+    timer = FakeTimer()
+    flushed: list[list[Lane]] = []
+    inbox = Inbox(timer.schedule, lambda: timer.now, flushed.append)
+    lanes = [lane(str(i)) for i in range(4000)]
+    taken: list[Lane] = []
+    stop = threading.Event()
+
+    def taker() -> None:
+        while not stop.is_set():
+            taken.extend(inbox.take())
+
+    def putter(part: list[Lane]) -> None:
+        for one in part:
+            inbox.put(one)
+
+    t = threading.Thread(target=taker)
+    t.start()
+    putters = [threading.Thread(target=putter, args=(lanes[i::4],)) for i in range(4)]
+    for p in putters:
+        p.start()
+    for p in putters:
+        p.join()
+    stop.set()
+    t.join()
+    timer.advance(1.0)
+    everything = taken + [x for batch in flushed for x in batch] + inbox.take()
+    assert sorted(id(x) for x in everything) == sorted(id(x) for x in lanes)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Processor]]:
+    made: list[Processor] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def test_a_cheap_handlers_retry_runs_on_the_submitting_thread_while_submits_come(
+    procs: list[Processor],
+) -> None:
+    """3% of keys fail once: every retry (and the key's events queued behind it) runs on the
+    thread that submits, none on a worker thread, and every event runs in key order."""
+    ran_on: dict[tuple[bytes, int], str] = {}
+    order: dict[bytes, list[int]] = {}
+    failed: set[int] = set()
+
+    def handle(ev: Event) -> None:
+        if ev.offset >= 1000 and ev.offset % 33 == 5 and ev.offset not in failed:
+            failed.add(ev.offset)
+            raise ConnectionError("flaky")
+        ran_on[(ev.key or b"", ev.offset)] = threading.current_thread().name
+        order.setdefault(ev.key or b"", []).append(ev.offset)
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=3, initial_backoff=0.002, jitter=0))
+    proc = Processor({"t": spec}, concurrency=4, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc._inbox.wait = 5.0  # a loaded test machine may pause between two submits: no flush here
+    proc.assign([TP0])
+    n = 0
+    me = threading.current_thread().name
+    for _ in range(5):  # measured cheap: later batches run on this thread
+        proc.submit([Event("t", 0, n + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
+        n += 200
+    wait_for(lambda: len(ran_on) == n)
+    first = n
+    for _ in range(300):  # keep submitting, as a consumer in a backlog does
+        proc.submit([Event("t", 0, n + i, f"k{(n + i) % 97}".encode(), b"v", size=1) for i in range(20)])
+        n += 20
+    deadline = time.monotonic() + 10
+    while len(ran_on) < n and time.monotonic() < deadline:  # a consumer at the end of its backlog
+        proc.submit([])
+        time.sleep(0.001)
+    retried = [o for o in failed if o >= first]
+    assert len(retried) > 100
+    here = sum(ran_on[(f"k{o % 97}".encode(), o)] == me for o in retried)
+    assert here == len(retried)
+    assert all(seq == sorted(seq) for seq in order.values())
+    assert proc.final_positions([TP0]) == {TP0: n}
+
+
+def test_a_cheap_handlers_retry_goes_to_a_worker_when_no_submit_comes(procs: list[Processor]) -> None:
+    done = threading.Event()
+    ran_on: list[str] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"flaky" and ev.attempt == 1:
+            raise ConnectionError("flaky")
+        if ev.key == b"flaky":
+            ran_on.append(threading.current_thread().name)
+            done.set()
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=3, initial_backoff=0.001, jitter=0))
+    proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc.assign([TP0])
+    for i in range(5):
+        proc.submit([Event("t", 0, i * 200 + j, f"w{j}".encode(), b"v", size=1) for j in range(200)])
+    proc.submit([Event("t", 0, 1000, b"flaky", b"v", size=1)])
+    assert done.wait(5)  # no further submit: the inbox's wait runs out and a worker runs it
+    assert ran_on and ran_on[0] != threading.current_thread().name
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})

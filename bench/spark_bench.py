@@ -31,6 +31,13 @@ side in one session, and prints per size each contender's median records/s, its 
 append, Spark jobs and processes started per micro-batch, and (Linux) the JVM's CPU seconds by
 kind of thread: Spark tasks, the JIT compilers, garbage collection, the rest (driver, scheduler).
 
+Each size's table gives the pipeline's batch time (median / longest; an append's wall time per
+batch) and the table's files at the end (``entities`` for the pipeline). ``PER_TRIGGER`` 0 runs
+without ``maxOffsetsPerTrigger``: the whole backlog in one batch, as the pipeline does by
+default. The catalog scale is ``5000000/5000000/250000`` (3,160,521 entities, about 12 minutes
+here with ``--only merge,merge-dv,append``). ``sweep --deletion-vectors`` adds ``merge-dv``, the
+pipeline with ``deletion_vectors=True``; ``--only`` runs just the named contenders.
+
 ``sweep --floor`` adds a contender, ``floor``: a lower bound for any pipeline that keeps the
 three tables. Per micro-batch it does what every such design must and nothing more: the
 pipeline's own read (parse, partition by entity, persist), its newest-version-per-entity
@@ -99,6 +106,9 @@ def _backlog_spec(
 APPENDS = ("append", "append-tuned")
 #: the lower bound of a pipeline keeping the three tables (module docstring; ``sweep --floor``)
 FLOOR = "floor"
+#: the pipeline with ``deletion_vectors=True`` (``sweep --deletion-vectors``): each batch small
+#: against ``entities`` MERGEs with deletion vectors, a larger one rewrites
+MERGE_DV = "merge-dv"
 
 
 def contenders() -> list[str]:
@@ -384,7 +394,7 @@ def _append(
         .option("startingOffsets", "earliest")
         .options(**(options or {}))
     )
-    if live_n is None:
+    if live_n is None and spec["max_offsets_per_trigger"]:  # 0: no limit (one batch per run)
         reader = reader.option("maxOffsetsPerTrigger", str(spec["max_offsets_per_trigger"]))
     stream = reader.load().writeStream.option("checkpointLocation", checkpoint).foreachBatch(write)
     if live_n is None:
@@ -545,8 +555,10 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
         r.update(
             records=res.records,
             batches=len(res.batches),
+            batch_s=[b.duration_s for b in res.batches],
             freshness_p50_s=res.freshness_p50_s,
             freshness_p99_s=res.freshness_p99_s,
+            files=_table_files(session, schema.table_path(base, "entities")),
         )
         hist = session.read.format("delta").load(schema.table_path(base, "entity_history"))
         ent = session.read.format("delta").load(schema.table_path(base, "entities"))
@@ -572,6 +584,7 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
         distinct = table.select("entity_id", "version").distinct().count()
         p50, p99 = _freshness_from_table(session, path, commits)
         r.update(records=rows, batches=len(commits), freshness_p50_s=p50, freshness_p99_s=p99)
+        r.update(files=_table_files(session, path))
         if rows != n or distinct != n:
             notes.append(f"{rows} rows, {distinct} distinct, expected {n}")
     r.update(wall_s=wall, cpu_s=cpu, rate=n / wall if wall else 0.0, notes=notes)
@@ -591,21 +604,30 @@ def _backlog_run(session: Any, spec: dict[str, Any], name: str, base: Path, rep:
     return r
 
 
+def _table_files(session: Any, path: str) -> int:
+    """The files of the Delta table at ``path`` (its current snapshot)."""
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(session, path).detail().select("numFiles").first()[0])
+
+
 def _run_backlog_pipeline(session: Any, spec: dict[str, Any], name: str, base: Path) -> Any:
     """Run a MERGE contender's pipeline (this checkout's or the baseline's) over the backlog,
     available-now, into tables under ``base``; its ``PipelineResult``."""
     from prometheus_client import CollectorRegistry
 
     with _pipeline(session, name) as pipeline:
+        dv = {"deletion_vectors": True} if name == MERGE_DV else {}
         return pipeline.run_pipeline(
             pipeline.PipelineSettings(
                 bootstrap=spec["bootstrap"],
                 warehouse=str(base),
                 checkpoint=str(base) + "-checkpoint",
                 topic=spec["topic"],
-                max_offsets_per_trigger=spec["max_offsets_per_trigger"],
+                max_offsets_per_trigger=spec["max_offsets_per_trigger"] or None,
                 compact_every=0,
                 master="local[2]",
+                **dv,
             ),
             spark=session,
             metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
@@ -687,7 +709,7 @@ def _floor(session: Any, spec: dict[str, Any], base: Path) -> int:
         warehouse=str(base),
         checkpoint=str(base) + "-checkpoint",
         topic=spec["topic"],
-        max_offsets_per_trigger=spec["max_offsets_per_trigger"],
+        max_offsets_per_trigger=spec["max_offsets_per_trigger"] or None,
     )
     query = _stream(session, settings, write)
     query.awaitTermination()
@@ -813,8 +835,24 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
+def _batch_times(runs: list[dict[str, Any]]) -> str:
+    """Median and longest batch time over ``runs``: the pipeline's own batch times, or an
+    append's wall time per batch (it does not time its batches)."""
+    times = [t for r in runs for t in r.get("batch_s", [])]
+    if times:
+        return f"{_median(times):.2f} / {max(times):.2f}"
+    per = [r["wall_s"] / r["batches"] for r in runs if r.get("batches")]
+    return f"{_median(per):.2f} (wall / batches)" if per else "-"
+
+
 def sweep(
-    bootstrap: str, sizes: list[tuple[int, int, int]], repeats: int, *, floor: bool = False
+    bootstrap: str,
+    sizes: list[tuple[int, int, int]],
+    repeats: int,
+    *,
+    floor: bool = False,
+    deletion_vectors: bool = False,
+    only: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """The backlog runs at several sizes in one session (``python -m bench.spark_bench sweep``).
 
@@ -827,14 +865,19 @@ def sweep(
 
     kafka = Kafka(bootstrap)
     specs = []
+    topics: dict[tuple[int, int], tuple[str, dict[str, int]]] = {}
     for n, entities, per_trigger in sizes:
-        topic = kafka.topic(f"spark-sweep-{n}", 8)
-        versions = produce_entities(bootstrap, topic, n, entities)
+        if (n, entities) not in topics:  # sizes differing in batch size only share a topic
+            topic = kafka.topic(f"spark-sweep-{n}", 8)
+            topics[n, entities] = topic, produce_entities(bootstrap, topic, n, entities)
+            ids = len(topics[n, entities][1])
+            print(f"produced {n:,} records over {ids:,} entities on {topic}", flush=True)
+        topic, versions = topics[n, entities]
         specs.append(_backlog_spec(bootstrap, topic, n, versions, per_trigger))
-        print(f"produced {n:,} records over {len(versions):,} entities on {topic}", flush=True)
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))
-    names = [*contenders(), FLOOR] if floor else contenders()
+    names = [*contenders(), *([MERGE_DV] if deletion_vectors else []), *([FLOOR] if floor else [])]
+    names = [n for n in names if only is None or n in only]
     out: dict[str, Any] = {"sizes": [], "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
         for name in names:
@@ -853,6 +896,8 @@ def sweep(
                     print(
                         f"{size:>18}  {name:<12} rep {rep}  {r['rate']:>7,.0f} rec/s  "
                         f"wall {r['wall_s']:5.1f}s  cpu {r['cpu_s']:5.1f}s  batches {r['batches']}  "
+                        f"files {r.get('files', '-')}  "
+                        f"batch s {' '.join(f'{b:.1f}' for b in r.get('batch_s', []))}  "
                         f"jobs {r.get('spark_jobs', '-')}  forks {r.get('processes_started', '-')}  "
                         f"load {r['load_1min']:.1f}  JVM cpu s: {jvm}  {verdict}",
                         flush=True,
@@ -867,10 +912,10 @@ def sweep(
     print(
         "\n| records | entities | per trigger | contender | records/s (median) | ÷ append | ÷ append-tuned "
         "| wall s | CPU s "
-        "| JVM CPU s: tasks / JIT / GC / other | batches | jobs per batch | processes started per batch "
-        "| runs (rec/s) | correct |"
+        "| JVM CPU s: tasks / JIT / GC / other | batches | batch s (median / max) | table files "
+        "| jobs per batch | processes started per batch | runs (rec/s) | correct |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size in out["sizes"]:
         by: dict[str, list[dict[str, Any]]] = {}
         for r in size["runs"]:
@@ -896,6 +941,8 @@ def sweep(
                     for k in ("tasks", "jit", "gc", "other")
                 ),
                 f"{_median([r['batches'] for r in rs]):.0f}",
+                _batch_times(rs),
+                f"{_median([r['files'] for r in rs if 'files' in r]):.0f}",
                 f"{_median(jobs):.1f}",
                 f"{_median(forks):.0f}",
                 " / ".join(f"{r['rate']:,.0f}" for r in rs),
@@ -924,17 +971,36 @@ def _sweep_main(argv: list[str]) -> int:
     parser = cli(
         "bench.spark_bench sweep", "The Spark backlog runs at several sizes, side by side in one session."
     )
-    parser.add_argument("sizes", nargs="+", help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000")
+    parser.add_argument(
+        "sizes",
+        nargs="+",
+        help="RECORDS/ENTITIES/PER_TRIGGER, e.g. 150000/15000/50000 or 5000000/5000000/250000 "
+        "(the catalog scale); PER_TRIGGER 0: no limit, one batch per run",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument(
         "--floor", action="store_true", help="add the floor contender (three blind appends: module docstring)"
     )
+    parser.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="add merge-dv: the pipeline with deletion_vectors=True, side by side with merge",
+    )
+    parser.add_argument("--only", help="comma-separated: run just these contenders")
     args = parse(parser, argv)
     sizes = [tuple(int(x) for x in size.split("/")) for size in args.sizes]
     if any(len(size) != 3 for size in sizes):
         parser.error("each size is RECORDS/ENTITIES/PER_TRIGGER")
-    out = sweep(args.bootstrap, sizes, args.repeats, floor=args.floor)  # type: ignore[arg-type]
+    only = frozenset(n.strip() for n in args.only.split(",")) if args.only else None
+    out = sweep(
+        args.bootstrap,
+        sizes,  # type: ignore[arg-type]
+        args.repeats,
+        floor=args.floor,
+        deletion_vectors=args.deletion_vectors,
+        only=only,
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0 if all(not r["notes"] for size in out["sizes"] for r in size["runs"]) else 1

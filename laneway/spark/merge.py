@@ -10,6 +10,14 @@ of entities and grows with the catalog; ``deletion_vectors=True`` (``--deletion-
 the MERGE of a batch small against the table mark the old rows deleted instead
 (``laneway.spark.tables.ensure_tables``, ``_deletion_vectors_pay``).
 
+No layout of ``entities`` (hash buckets, liquid clustering, Z-order on ``entity_id``) lets a
+MERGE skip files: a batch's entities are ids at random, and ``k`` of them over ``F`` files land
+in ``F * (1 - (1 - 1/F) ** k)`` of them, every file for ``k`` much larger than ``F``; open-source
+Delta prunes a MERGE's target files by the condition's target-only predicates, not by the
+source's keys, and clusters on ``OPTIMIZE`` only. What shrinks a backlog's cost is fewer, larger
+batches (each one copies the table once) and, on a table of millions, deletion vectors
+(BENCHMARKS.md, "Spark at catalog scale").
+
 Step 2 runs first, then steps 3 and 4 side by side, in threads of their own; the quarantine
 writes another table and depends on none of them, so it runs beside all three: a Delta write
 spends much of its time on the driver (log listing, planning, commit), and side by side those

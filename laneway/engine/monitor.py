@@ -60,21 +60,25 @@ class Monitor:
 
     def _overruns(self) -> None:
         """Hand back the heads a chunk has not started while one of its calls has run past
-        :data:`STEAL_AFTER`: a usually cheap handler that blocks on one call holds only that
-        call's lane. Handed back, they are dispatched again as after an overrun."""
+        :data:`STEAL_AFTER`, and finish those it has run: a usually cheap handler that blocks on
+        one call holds only that call's lane. Handed back, they are dispatched again as after an
+        overrun."""
         perf, engine = time.perf_counter, self._engine
         while not self._stopped.wait(STEAL_TICK) and not engine.closed:
             now = perf()
-            for pending, started in list(self.chunks.values()):
-                if pending and now - started > STEAL_AFTER:
-                    rest = take_all(pending)
-                    if rest:
-                        logger.debug(
-                            "a call has run %.2fs: %d lane(s) of its chunk handed back",
-                            now - started,
-                            len(rest),
-                        )
-                        engine.hand_back(rest)
+            for pending, started, run in list(self.chunks.values()):
+                if now - started <= STEAL_AFTER:
+                    continue
+                rest = take_all(pending) if pending else []
+                if rest:
+                    logger.debug(
+                        "a call has run %.2fs: %d lane(s) of its chunk handed back",
+                        now - started,
+                        len(rest),
+                    )
+                    engine.hand_back(rest)
+                if len(run.ok) > run.finished:  # its chunk-mates done before it: finished now
+                    engine.dispatch_more(run.finish_early())
 
     def _watchdog(self, tick: float) -> None:
         """Report plain handlers running past their timeout while they run (a thread cannot be

@@ -91,7 +91,7 @@ class Processor(FailurePaths):
         self._timer = Timer(clock)
         self._parked = 0
         self._park_lock = threading.Lock()
-        self._inbox = Inbox(self._timer.schedule, clock, self._to_workers)
+        self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )
@@ -478,8 +478,10 @@ class Processor(FailurePaths):
         else:
             self._dispatch([lane])
 
-    def _to_workers(self, lanes: list[Lane]) -> None:
-        if not self.closed:
+    def dispatch_more(self, lanes: list[Lane]) -> None:
+        """Dispatch lanes with more to run off a worker (the monitor's early finish, the inbox's
+        flush)."""
+        if lanes and not self.closed:
             self._dispatch(lanes)
 
     def hand_back(self, rest: list[Head]) -> None:

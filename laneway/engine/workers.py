@@ -57,6 +57,8 @@ class Engine(Protocol):
 
     def hand_back(self, rest: list[Head]) -> None: ...
 
+    def dispatch_more(self, lanes: list[Lane]) -> None: ...
+
     def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
 
     def halt(self, error: BaseException) -> None: ...
@@ -92,16 +94,32 @@ class ChunkRun:
     holds its own lane only. Both sides take heads with ``popleft``, atomic, so none runs twice.
     """
 
-    __slots__ = ("_engine", "_guard", "_monitor", "busy", "failed", "heads", "ok", "pending", "ran", "took")
+    __slots__ = (
+        "_early",
+        "_engine",
+        "_guard",
+        "_monitor",
+        "busy",
+        "failed",
+        "finished",
+        "heads",
+        "ok",
+        "pending",
+        "ran",
+        "took",
+    )
 
     def __init__(self, engine: Engine, monitor: Monitor, heads: list[Head]) -> None:
         self._engine, self._monitor = engine, monitor
         self.heads = len(heads)
         self.pending = deque(heads)
         self._guard: list[Any] | None = None
+        self._early: threading.Lock | None = None
         if len(heads) > 1:
-            self._guard = monitor.chunks[id(self.pending)] = [self.pending, time.perf_counter()]
+            self._early = threading.Lock()
+            self._guard = monitor.chunks[id(self.pending)] = [self.pending, time.perf_counter(), self]
         self.ok: list[Head] = []
+        self.finished = 0  # of ``ok``, the first this many are finished (see finish_early)
         self.failed: list[Failed] = []
         self.busy = 0.0  # handler seconds so far
         self.took: list[float] = []  # handler seconds of each success, for the metrics
@@ -142,6 +160,16 @@ class ChunkRun:
         else:
             self.failed.append((*item, err))
 
+    def finish_early(self) -> list[Lane]:
+        """Finish the successes so far, while a call of the chunk still runs (the monitor's, for
+        a call past STEAL_AFTER): a blocked call must not hold back its chunk-mates that are
+        done, their keys' next events, or the commit position. Returns their lanes with more."""
+        assert self._early is not None
+        with self._early:
+            first, self.finished = self.finished, len(self.ok)
+        done = self.ok[first : self.finished]
+        return self._engine.table.finish(done) if done else []
+
     def unguard(self) -> None:
         if self._guard is not None:
             self._monitor.chunks.pop(id(self.pending), None)
@@ -158,7 +186,13 @@ class ChunkRun:
             engine.hand_back(take_all(self.pending))
         if self.took:  # the event-time sample: the chunk's middle success
             engine.metrics.processed(topic, self.took, self.ok[len(self.ok) // 2][1].timestamp_ms)
-        return engine.table.finish(self.ok) if self.ok else []
+        ok = self.ok
+        if self._early is not None:
+            with self._early:  # what the monitor finished early is not finished twice
+                first, self.finished = self.finished, len(ok)
+            if first:
+                ok = ok[first:]
+        return engine.table.finish(ok) if ok else []
 
 
 class ThreadPool:

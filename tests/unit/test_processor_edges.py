@@ -142,7 +142,8 @@ def test_a_plain_handler_returning_a_coroutine_fails_its_events_instead_of_skipp
     assert ran == []
     errors = [error for _, error, _, _ in sink.sent]
     assert all(isinstance(e, TypeError) and "without awaiting it" in str(e) for e in errors)
-    assert proc.final_positions([TP0]) == {TP0: 3}  # dead-lettered, then done: nothing lost
+    # dead-lettered, then done (the sink records a letter before it acknowledges it): nothing lost
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 3})
 
 
 def test_an_object_with_an_async_call_is_an_async_handler(procs: list[Processor]) -> None:
@@ -255,3 +256,62 @@ def test_a_retry_backoff_holds_its_lane_only_never_a_thread(procs: list[Processo
     wait_for(lambda: now.__setitem__(0, now[0] + 0.01) or handled.count(b"retry") == 2)
     assert attempts == [1, 2, 1]  # the retry, then the key's next event
     assert proc.final_positions([TP0]) == {TP0: offset + 2}
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_a_blocked_call_does_not_hold_back_its_chunk_mates_that_are_done(
+    procs: list[Processor], kind: str
+) -> None:
+    """Keys that ran in a chunk before a call that blocks are finished while it blocks: their next
+    events run and the commit position passes them. Before, they waited in the chunk's successes
+    until the blocked call returned."""
+    release = threading.Event()
+    handled: list[tuple[bytes, bytes]] = []
+    blocked: list[bool] = []
+
+    def record(ev: Event) -> bool:
+        """True when this call is the one that blocks."""
+        if ev.key == b"slow":
+            blocked.append(True)
+            return True
+        handled.append((ev.key or b"", ev.value or b""))
+        return False
+
+    if kind == "plain":
+
+        def handle(ev: Event) -> None:
+            if record(ev):
+                release.wait(30)
+
+        fn: Callable[[Event], Any] = handle
+    else:
+
+        async def ahandle(ev: Event) -> None:
+            if record(ev):
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
+
+        fn = ahandle
+
+    proc, _ = processor(procs, fn, timeout=60.0)  # off the submitting thread: chunks on workers
+    proc.assign([TP0])
+    offset = 0
+    for _ in range(10):  # measured cheap: chunks of many lanes
+        proc.submit([Event("t", 0, offset + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
+        offset += 200
+    wait_for(lambda: len(handled) == 2000)
+    first = offset
+    keys = [f"k{i}".encode() for i in range(20)]
+    batch = [Event("t", 0, first + i, key, b"1", size=1) for i, key in enumerate(keys)]
+    batch.append(Event("t", 0, first + 20, b"slow", b"1", size=1))  # last of the chunk: blocks
+    batch += [Event("t", 0, first + 21 + i, key, b"2", size=1) for i, key in enumerate(keys)]
+    proc.submit(batch)
+    try:
+        wait_for(lambda: bool(blocked))
+        # while it blocks: every key's second event runs too (the first ones were finished)
+        wait_for(lambda: len(handled) == 2040, timeout=10)
+        assert sorted(handled[2000:]) == sorted([(k, b"1") for k in keys] + [(k, b"2") for k in keys])
+        assert proc.final_positions([TP0]) == {TP0: first + 20}  # the blocked offset holds it
+    finally:
+        release.set()
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: first + 41})

@@ -26,6 +26,10 @@ BAD: dict[str, Callable[[SecureBroker], Path]] = {
     "unknown_user": SecureBroker.unknown_user_file,
     "untrusted_ca": SecureBroker.untrusted_ca_file,
 }
+#: the field of the ConfigError the App's start raises today: "no broker answered" after
+#: timeouts.startup. Tighten once part A lands: a KafkaAuthError naming sasl.password
+#: (wrong password, unknown user) or ssl.ca.location (untrusted CA), within a second or two.
+START_FIELD = {case: "bootstrap_servers" for case in BAD}
 #: what librdkafka's error callback reports for each (the connection's own failure)
 CLIENT_ERROR = {
     "wrong_password": KafkaError._AUTHENTICATION,
@@ -69,7 +73,6 @@ def test_the_app_start_fails_with_an_exception(
     )
     app.handler(topic)(lambda ev: None)
     error = failure_within(app, wait=30)
-    # today: ConfigError("bootstrap_servers: no broker answered ... _TRANSPORT") after timeouts.startup
     assert isinstance(error, ConfigError), f"{case}: {error!r}"
-    assert error.field == "bootstrap_servers"
+    assert error.field == START_FIELD[case], error
     assert settings["sasl.password"] not in str(error)

@@ -62,6 +62,10 @@ bench: jars ## run the benchmarks (quick mode; BENCH_MODE=full for the long one)
 broker: jars ## start a detached local broker (stop it with `make broker-stop`)
 	$(VENV)/bin/laneway broker start
 
+.PHONY: broker-secure
+broker-secure: jars ## start a detached secured broker (SASL_SSL, ACLs); prints the client files
+	$(VENV)/bin/laneway broker start --secure
+
 .PHONY: broker-stop
 broker-stop: ## stop the detached local broker
 	$(VENV)/bin/laneway broker stop

@@ -7,6 +7,10 @@ started.
 
     with LocalBroker.create() as broker:
         print(broker.bootstrap)
+
+``secure=True`` serves a SASL_SSL listener with SCRAM users, TLS from a throwaway CA and ACLs
+instead of the PLAINTEXT one (:mod:`laneway.ops.secured`); ``broker.config_path("app")`` is a
+client file for the ``app`` user, ``broker.settings("app")`` the same as librdkafka settings.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from laneway import jars
 from laneway.errors import LanewayError
+
+if TYPE_CHECKING:
+    from laneway.ops.secured import BrokerSecurity
 
 __all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "wait_for_metadata"]
 
@@ -52,15 +60,18 @@ logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
 
-_PROPERTIES = """\
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
+_PLAIN_LISTENERS = """\
 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
 advertised.listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+"""
+
+_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
 log.dirs={log_dir}
 auto.create.topics.enable=false
 num.partitions=1
@@ -91,17 +102,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_metadata(bootstrap: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+def wait_for_metadata(
+    bootstrap: str,
+    timeout: float,
+    alive: Callable[[], bool] = lambda: True,
+    config: dict[str, Any] | None = None,
+) -> bool:
     """True once a Kafka cluster at ``bootstrap`` answers a metadata request.
 
     Gives up early (False) when ``alive()`` turns false, e.g. the broker process exited.
+    ``config``: further client settings (a secured broker's credentials).
     """
     from confluent_kafka.admin import AdminClient
 
     quiet = logging.getLogger("laneway.ops.broker.probe")
     quiet.setLevel(logging.CRITICAL)
     admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000, "log_level": 0},
+        {
+            "bootstrap.servers": bootstrap,
+            "socket.connection.setup.timeout.ms": 1000,
+            "log_level": 0,
+            **(config or {}),
+        },
         logger=quiet,
     )
     deadline = time.monotonic() + timeout
@@ -123,6 +145,8 @@ class BrokerInfo:
     pid: int
     bootstrap: str
     data_dir: str
+    #: a secured broker's client files by user (admin, app, reader); empty for a plain one
+    client_configs: dict[str, str] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +178,7 @@ class LocalBroker:
         port: int | None = None,
         heap: str = "512m",
         owns_data_dir: bool = False,
+        secure: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -161,15 +186,35 @@ class LocalBroker:
         self.heap = heap
         self.proc: subprocess.Popen[bytes] | None = None
         self._owns_data_dir = owns_data_dir
+        self.secure = secure
+        #: the secured broker's CA, certificate and passwords (made at the first start)
+        self.security: BrokerSecurity | None = None
 
     @classmethod
-    def create(cls, *, port: int | None = None) -> LocalBroker:
+    def create(cls, *, port: int | None = None, secure: bool = False) -> LocalBroker:
         """A broker over a new temporary data directory, removed on stop."""
-        return cls(Path(tempfile.mkdtemp(prefix="laneway-kafka-")), port=port, owns_data_dir=True)
+        data = Path(tempfile.mkdtemp(prefix="laneway-kafka-"))
+        return cls(data, port=port, owns_data_dir=True, secure=secure)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def _secured(self) -> BrokerSecurity:
+        if self.security is None:
+            raise BrokerError("the broker is not secured (LocalBroker(..., secure=True)) or not started")
+        return self.security
+
+    def config_path(self, user: str) -> Path:
+        """A secured broker's client file for ``user`` (``admin``, ``app``, ``reader``)."""
+        return self._secured().config_path(user)
+
+    def settings(self, user: str) -> dict[str, str]:
+        """A secured broker's librdkafka settings for ``user``, ``bootstrap.servers`` included."""
+        return {"bootstrap.servers": self.bootstrap, **self._secured().settings(user)}
+
+    def _probe_config(self) -> dict[str, Any]:
+        return {} if self.security is None else self.security.settings("admin")
 
     @property
     def log_file(self) -> Path:
@@ -205,16 +250,19 @@ class LocalBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_dir = self.data_dir / "logs"
         props = self.data_dir / "server.properties"
-        props.write_text(
-            _PROPERTIES.format(port=self.port, controller_port=self.controller_port, log_dir=log_dir)
-        )
+        props.touch(mode=0o600)
+        props.chmod(0o600)  # before writing: a secured broker's holds the admin's password
+        props.write_text(self._properties(log_dir))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
+        scram = self.security.scram_arguments() if self.security is not None else []
         if not (log_dir / "meta.properties").exists():
             cluster_id = "-"
             while cluster_id.startswith("-"):  # kafka-storage would read a leading "-" as an option
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
-                self._command(libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                self._command(
+                    libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), *scram
+                ),
                 capture_output=True,
                 text=True,
                 check=False,
@@ -231,7 +279,10 @@ class LocalBroker:
         )
         out.close()
         proc = self.proc
-        if wait_for_metadata(self.bootstrap, timeout, alive=lambda: proc.poll() is None):
+        alive = lambda: proc.poll() is None  # noqa: E731
+        if wait_for_metadata(self.bootstrap, timeout, alive=alive, config=self._probe_config()):
+            if self.security is not None:
+                self._secure_clients()
             logger.info("kafka broker up at %s (pid %d)", self.bootstrap, proc.pid)
             return self
         if proc.poll() is not None:
@@ -240,6 +291,34 @@ class LocalBroker:
             )
         self.stop()
         raise BrokerError(f"the broker did not answer within {timeout:.0f}s:\n{self.log_tail()}")
+
+    def _properties(self, log_dir: Path) -> str:
+        ports = {"port": self.port, "controller_port": self.controller_port}
+        if self.secure and self.security is None:
+            try:
+                from laneway.ops.secured import BrokerSecurity
+            except ImportError as exc:  # cryptography, for the CA
+                raise BrokerError(
+                    "a secured broker needs the 'cryptography' package "
+                    f"(pip install 'laneway[broker]'): {exc}"
+                ) from None
+            self.security = BrokerSecurity.create(self.data_dir / "security")
+        listeners = (
+            self.security.server_properties(**ports)
+            if self.security is not None
+            else _PLAIN_LISTENERS.format(**ports)
+        )
+        return _PROPERTIES.format(log_dir=log_dir, **ports) + listeners
+
+    def _secure_clients(self) -> None:
+        """ACLs for the app and reader users, then their client files (as admin)."""
+        security = self._secured()
+        try:
+            security.create_acls(self.bootstrap)
+        except Exception as exc:  # KafkaException: the admin could not create them
+            self.stop()
+            raise BrokerError(f"creating the ACLs failed: {exc}\n{self.log_tail()}") from None
+        security.write_client_configs(self.bootstrap)
 
     def log_tail(self, lines: int = 30) -> str:
         text = ""
@@ -251,7 +330,10 @@ class LocalBroker:
     def info(self) -> BrokerInfo:
         if self.proc is None:
             raise BrokerError("the broker was not started")
-        return BrokerInfo(pid=self.proc.pid, bootstrap=self.bootstrap, data_dir=str(self.data_dir))
+        configs = {} if self.security is None else {u: str(self.config_path(u)) for u in _users()}
+        return BrokerInfo(
+            pid=self.proc.pid, bootstrap=self.bootstrap, data_dir=str(self.data_dir), client_configs=configs
+        )
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the process this object started (SIGTERM, then SIGKILL after ``timeout``)."""
@@ -280,6 +362,12 @@ class LocalBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _users() -> tuple[str, ...]:
+    from laneway.ops.secured import USERS
+
+    return USERS
 
 
 def stop_recorded(info: BrokerInfo, timeout: float = 20.0) -> bool:

@@ -50,28 +50,45 @@ def broker_start(
         Path | None, typer.Option(help="log directory; default a new one under the cache")
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the broker to answer")] = 60.0,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="SASL_SSL (SCRAM-SHA-512, a throwaway CA), ACLs, and client files for admin, app, reader",
+        ),
+    ] = False,
 ) -> None:
     """Start a detached broker and print its bootstrap address.
+
+    With --secure it also prints the client file of each user (admin, app, reader), e.g.
+    `laneway topics list --client-config <app file>`.
 
     Example: laneway broker start && export LANEWAY_BOOTSTRAP=$(laneway broker status --quiet)
     """
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
     if info is not None and info.alive():
-        typer.echo(info.bootstrap)
+        _print_started(info)
         typer.secho(f"already running (pid {info.pid})", err=True)
         return
     root = state.parent
     root.mkdir(parents=True, exist_ok=True)
     data = data_dir or Path(tempfile.mkdtemp(prefix="data-", dir=root))
-    b = broker_mod.LocalBroker(data, port=port or None)
+    b = broker_mod.LocalBroker(data, port=port or None, secure=secure)
     try:
         b.start(timeout=timeout, detach=True)
     except broker_mod.BrokerError as exc:
         raise fail(str(exc)) from exc
     b.info().save(state)
-    typer.echo(b.bootstrap)
+    _print_started(b.info())
     typer.secho(f"broker pid {b.info().pid}, data {data}", err=True)
+
+
+def _print_started(info: broker_mod.BrokerInfo) -> None:
+    """The bootstrap address, then (a secured broker) one ``user: client file`` line per user."""
+    typer.echo(info.bootstrap)
+    for user, path in info.client_configs.items():
+        typer.echo(f"{user}: {path}")
 
 
 @broker_app.command("stop")
@@ -100,13 +117,32 @@ def broker_status(
     Example: export LANEWAY_BOOTSTRAP=$(laneway broker status --quiet)
     """
     info = broker_mod.BrokerInfo.load(_state_file())
-    if info is None or not info.alive() or not broker_mod.wait_for_metadata(info.bootstrap, 5.0):
+    if (
+        info is None
+        or not info.alive()
+        or not broker_mod.wait_for_metadata(info.bootstrap, 5.0, config=_admin(info))
+    ):
         if not quiet:
             typer.secho("no broker started by laneway is running", err=True)
         raise typer.Exit(1)
     typer.echo(
         info.bootstrap if quiet else f"running: {info.bootstrap} (pid {info.pid}, data {info.data_dir})"
     )
+    if not quiet:
+        for user, path in info.client_configs.items():
+            typer.echo(f"{user}: {path}")
+
+
+def _admin(info: broker_mod.BrokerInfo) -> dict[str, str] | None:
+    """A secured broker's admin settings (from its client file), for the liveness probe."""
+    if "admin" not in info.client_configs:
+        return None
+    from laneway.ops.secured import read_properties
+
+    try:
+        return read_properties(Path(info.client_configs["admin"]))
+    except OSError:
+        return None
 
 
 # Each module adds its commands to the root app through ``register(app)``; they

@@ -1,0 +1,133 @@
+"""Clients for the secured broker's tests: produce keyed records, read a topic, the group's commits.
+
+Each takes the full client settings (``secure_broker.client(user)``), so the same helper runs
+as admin, app or reader.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from laneway import App
+
+
+def produce_keyed(conf: dict[str, str], topic: str, n: int, keys: int) -> dict[bytes, list[int]]:
+    """``n`` records over ``keys`` keys, value = sequence number; each key's numbers in order."""
+    producer = Producer({**conf, "linger.ms": 5, "enable.idempotence": True})
+    order: dict[bytes, list[int]] = {}
+    errors: list[KafkaError] = []
+    for i in range(n):
+        key = f"k{i % keys}".encode()
+        order.setdefault(key, []).append(i)
+        producer.produce(
+            topic, key=key, value=str(i).encode(), on_delivery=lambda e, _m: e and errors.append(e)
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not errors, errors[:3]
+    return order
+
+
+def produce_one(conf: dict[str, str], topic: str) -> KafkaError | None:
+    """Produce one record; the delivery error, or None when the broker took it."""
+    producer = Producer({**conf, "message.timeout.ms": 10_000})
+    result: list[KafkaError | None] = []
+    producer.produce(topic, b"v", key=b"k", on_delivery=lambda e, _m: result.append(e))
+    producer.flush(20)
+    assert len(result) == 1, "no delivery report within 20 s"
+    return result[0]
+
+
+def read(
+    conf: dict[str, str],
+    topic: str,
+    n: int,
+    *,
+    group: str,
+    isolation: str = "read_uncommitted",
+    linger: float = 1.0,
+) -> list[Message]:
+    """Read ``topic`` from the start until ``n`` records and ``linger`` seconds more (a surplus
+    shows as more than ``n``); gives up after 30 s."""
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[Message] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if len(got) >= n:
+                deadline = min(deadline, time.monotonic() + linger)
+            for msg in consumer.consume(500, timeout=0.2):
+                err = msg.error()
+                if err is None:
+                    got.append(msg)
+                elif not err.retriable() and err.code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(f"reading {topic}: {err}")
+    finally:
+        consumer.close()
+    return got
+
+
+def committed(conf: dict[str, str], group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({**conf, "group.id": group})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def end_offsets(conf: dict[str, str], topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({**conf, "group.id": f"app-probe-{uuid.uuid4().hex[:6]}"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def failure_within(app: App, wait: float) -> BaseException | None:
+    """Run ``app`` for at most ``wait`` seconds; the exception its start or run raised, or None
+    when it ran that long without failing. The test fails when the app does not even stop then.
+    """
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            app.run_until(lambda: False, timeout=wait)
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name="app-run", daemon=True)
+    thread.start()
+    thread.join(wait + 30)
+    if thread.is_alive():
+        app.stop()
+        raise AssertionError(f"the app neither failed nor stopped within {wait + 30:.0f}s (a hang)")
+    return outcome[0]
+
+
+def wait_until(done: Callable[[], Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.1)
+    return bool(done())

@@ -19,10 +19,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
@@ -39,6 +40,9 @@ from laneway.engine.policies import (
 )
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
+from laneway.kafka import access, secrets
+from laneway.kafka.access import ErrorWatch, raise_if_denied
+from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
@@ -100,6 +104,7 @@ class App:
         exactly_once: ExactlyOnce | None = None,
         kafka_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
+        client_config: str | Path | None = None,
         **deprecated: Any,
     ) -> None:
         _require("backpressure", backpressure, Backpressure)
@@ -110,6 +115,11 @@ class App:
         timeouts, metrics_server, exactly_once = upgrade_keywords(
             deprecated, timeouts, metrics_server, exactly_once
         )
+        # a properties file (Kafka's --command-config format): the base kafka_config overrides
+        from_file = load_client_config(client_config) if client_config is not None else {}
+        kafka_config = {**from_file, **(kafka_config or {})}
+        secrets.remember(kafka_config)
+        secrets.remember(producer_config or {})
         try:
             self.settings = AppSettings(
                 name=name,
@@ -123,7 +133,7 @@ class App:
                 timeouts=timeouts or Timeouts(),
                 metrics_server=metrics_server,
                 exactly_once=exactly_once,
-                kafka_config=kafka_config or {},
+                kafka_config=kafka_config,
                 producer_config=producer_config or {},
             )
         except ValidationError as exc:
@@ -151,6 +161,10 @@ class App:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self.fatal: BaseException | None = None
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"App({s.name!r}, bootstrap_servers={s.bootstrap_servers!r}, group_id={s.group_id!r})"
 
     @property
     def backpressure(self) -> Backpressure:
@@ -227,10 +241,11 @@ class App:
         quiet = logging.getLogger("laneway.app.check")
         quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
         field = "kafka_config"
+        watch = ErrorWatch(self._client_config())  # a refused login or certificate: seconds, not a hang
         try:
-            admin = AdminClient(
-                {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}, logger=quiet
-            )
+            conf: dict[str, Any] = {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}
+            conf["error_cb"] = watch
+            admin = AdminClient(conf, logger=quiet)
             # librdkafka validates consumer and producer properties only when such a client is built
             probe = {**self._client_config(), "group.id": self.settings.group_id}
             Consumer(probe, logger=quiet).close()
@@ -239,15 +254,16 @@ class App:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             text = err.str() if hasattr(err, "str") else str(err)
-            raise ConfigError(field, text) from None
+            raise ConfigError(field, secrets.scrub(text)) from None
         try:
-            md = admin.list_topics(timeout=self.settings.timeouts.startup)
+            md = access.probe(admin, watch, self.settings.timeouts.startup)
         except KafkaException as exc:
             raise ConfigError(
                 "bootstrap_servers",
                 f"no broker answered at {self.settings.bootstrap_servers} within "
                 f"{self.settings.timeouts.startup:.0f}s ({exc.args[0] if exc.args else exc})",
             ) from None
+        self._check_access(admin, md)
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
                 raise ConfigError(
@@ -260,6 +276,29 @@ class App:
                     f"dead-letter topic {spec.dlq_topic!r} for {spec.topic!r} does not exist "
                     f"(create it: laneway topics create {spec.dlq_topic}; or set on_failure='halt')",
                 )
+
+    def _check_access(self, admin: AdminClient, md: Any) -> None:
+        """A topic the metadata leaves out may be one the ACLs hide: ask for it by name, and
+        for the group's offsets, so a denial fails the start naming it (not as a missing topic,
+        nor as a consumer that never gets an assignment)."""
+        s, conf = self.settings, self._client_config()
+        for spec in self.handlers.values():
+            for topic, doing in ((spec.topic, "read"), (spec.dlq_topic, "write to")):
+                if topic in md.topics or (topic == spec.dlq_topic and spec.on_failure != "dead_letter"):
+                    continue
+                try:
+                    t = admin.list_topics(topic, timeout=s.timeouts.startup).topics.get(topic)
+                except KafkaException:
+                    continue
+                if t is not None:
+                    raise_if_denied(t.error, conf, doing=f"{doing} topic {topic!r}")
+        group = ConsumerGroupTopicPartitions(s.group_id)
+        try:
+            admin.list_consumer_group_offsets([group])[s.group_id].result(s.timeouts.startup)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError):
+                raise_if_denied(err, conf, doing=f"use consumer group {s.group_id!r}")
 
     def start(self) -> App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""

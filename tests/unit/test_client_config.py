@@ -211,7 +211,7 @@ def test_spark_options_plain_mtls_and_round_trip() -> None:
     }
     with pytest.raises(ConfigError, match="one PEM file"):
         cc.spark_options({"ssl.certificate.location": "/c.crt", "ssl.key.location": "/c.key"})
-    with pytest.raises(ConfigError, match="ssl.engine.location: Spark's Kafka client has no such setting"):
+    with pytest.raises(ConfigError, match=r"ssl\.engine\.location: Spark's Kafka client has no such setting"):
         cc.spark_options({"ssl.engine.location": "/x"})
 
 

@@ -9,7 +9,8 @@ recorded (while it runs), else 127.0.0.1:9092.
 settings (:mod:`laneway.kafka.client_config`). :func:`with_client_config` adds the option to a
 command and runs it with the file's settings in every client it builds; a file that cannot be
 read, and a cluster that refuses the settings (:mod:`laneway.kafka.access`), are one line on
-stderr and exit code 2.
+stderr and exit code 2. The file's ``bootstrap.servers`` comes after ``--bootstrap`` and before
+``$LANEWAY_BOOTSTRAP``.
 
     @app.command("lag")
     @with_client_config
@@ -95,6 +96,10 @@ def with_client_config(fn: Callable[P, R]) -> Callable[P, R]:
             settings = cc.load_client_config(client_config) if client_config else {}
         except ConfigError as exc:
             raise fail(str(exc)) from None
+        # the file's bootstrap.servers: after --bootstrap, before $LANEWAY_BOOTSTRAP
+        server = settings.pop("bootstrap.servers", None)
+        if server and "bootstrap" in signature.parameters and not kwargs.get("bootstrap"):
+            kwargs["bootstrap"] = server
         try:
             with cc.using(settings):
                 return fn(*args, **kwargs)

@@ -42,7 +42,7 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.access import raise_if_denied
+from laneway.kafka.access import KafkaAccessError, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -193,7 +193,9 @@ class KafkaSource(RebalanceCallbacks):
             self._loop()
         except BaseException as exc:
             self.error = exc
-            logger.exception("consumer loop failed")
+            (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
+                "consumer stopped: %s", exc
+            )
             if self._on_fatal is not None:
                 self._on_fatal(exc)
         finally:

@@ -163,3 +163,28 @@ def test_a_secret_in_librdkafka_text_is_scrubbed() -> None:
     err = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad password hunter2-secret")
     found = classify(err, SETTINGS)
     assert found is not None and "hunter2-secret" not in str(found) and "[redacted]" in str(found)
+
+
+def test_a_revoked_grant_while_running_stops_the_consumer_loop() -> None:
+    """The source's poll errors and the committer's commit results: an ACL denial raises (the
+    loop ends, the app halts with it); other errors are logged as before."""
+    from laneway.engine.policies import Backpressure
+    from laneway.kafka.hooks import SourceMetrics
+    from laneway.kafka.source import KafkaSource
+
+    src = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "sasl.username": "app"},
+        ["t"],
+        None,  # type: ignore[arg-type]  # the loop never runs
+        backpressure=Backpressure(),
+        metrics=SourceMetrics(),
+    )
+    try:
+        src._on_error(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9 failed"))
+        with pytest.raises(KafkaAccessDenied, match="user 'app'.*TOPIC_AUTHORIZATION_FAILED"):
+            src._on_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Subscribed topic not available"))
+        src._committer.on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT, "timed out"), [])
+        with pytest.raises(KafkaAccessDenied, match="commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"):
+            src._committer.on_commit(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
+    finally:
+        src._consumer.close()

@@ -181,10 +181,10 @@ def test_a_revoked_grant_while_running_stops_the_consumer_loop() -> None:
     )
     try:
         src._on_error(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9 failed"))
-        with pytest.raises(KafkaAccessDenied, match="user 'app'.*TOPIC_AUTHORIZATION_FAILED"):
+        with pytest.raises(KafkaAccessDenied, match=r"user 'app'.*TOPIC_AUTHORIZATION_FAILED"):
             src._on_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Subscribed topic not available"))
         src._committer.on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT, "timed out"), [])
-        with pytest.raises(KafkaAccessDenied, match="commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"):
+        with pytest.raises(KafkaAccessDenied, match=r"commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"):
             src._committer.on_commit(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
     finally:
         src._consumer.close()

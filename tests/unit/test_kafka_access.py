@@ -184,7 +184,9 @@ def test_a_revoked_grant_while_running_stops_the_consumer_loop() -> None:
         with pytest.raises(KafkaAccessDenied, match=r"user 'app'.*TOPIC_AUTHORIZATION_FAILED"):
             src._on_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Subscribed topic not available"))
         src._committer.on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT, "timed out"), [])
-        with pytest.raises(KafkaAccessDenied, match=r"commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"):
+        with pytest.raises(
+            KafkaAccessDenied, match=r"commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"
+        ):
             src._committer.on_commit(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
     finally:
         src._consumer.close()

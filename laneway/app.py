@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
@@ -41,7 +41,7 @@ from laneway.engine.policies import (
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
 from laneway.kafka import access, secrets
-from laneway.kafka.access import ErrorWatch, raise_if_denied
+from laneway.kafka.access import ErrorWatch
 from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
@@ -263,7 +263,13 @@ class App:
                 f"no broker answered at {self.settings.bootstrap_servers} within "
                 f"{self.settings.timeouts.startup:.0f}s ({exc.args[0] if exc.args else exc})",
             ) from None
-        self._check_access(admin, md)
+        wanted = {
+            **{spec.topic: "read" for spec in self.handlers.values()},
+            **{h.dlq_topic: "write to" for h in self.handlers.values() if h.on_failure == "dead_letter"},
+        }
+        access.check_access(
+            admin, md, wanted, self.settings.group_id, self._client_config(), self.settings.timeouts.startup
+        )
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
                 raise ConfigError(
@@ -276,29 +282,6 @@ class App:
                     f"dead-letter topic {spec.dlq_topic!r} for {spec.topic!r} does not exist "
                     f"(create it: laneway topics create {spec.dlq_topic}; or set on_failure='halt')",
                 )
-
-    def _check_access(self, admin: AdminClient, md: Any) -> None:
-        """A topic the metadata leaves out may be one the ACLs hide: ask for it by name, and
-        for the group's offsets, so a denial fails the start naming it (not as a missing topic,
-        nor as a consumer that never gets an assignment)."""
-        s, conf = self.settings, self._client_config()
-        for spec in self.handlers.values():
-            for topic, doing in ((spec.topic, "read"), (spec.dlq_topic, "write to")):
-                if topic in md.topics or (topic == spec.dlq_topic and spec.on_failure != "dead_letter"):
-                    continue
-                try:
-                    t = admin.list_topics(topic, timeout=s.timeouts.startup).topics.get(topic)
-                except KafkaException:
-                    continue
-                if t is not None:
-                    raise_if_denied(t.error, conf, doing=f"{doing} topic {topic!r}")
-        group = ConsumerGroupTopicPartitions(s.group_id)
-        try:
-            admin.list_consumer_group_offsets([group])[s.group_id].result(s.timeouts.startup)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError):
-                raise_if_denied(err, conf, doing=f"use consumer group {s.group_id!r}")
 
     def start(self) -> App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""

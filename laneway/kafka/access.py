@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
@@ -33,6 +33,7 @@ __all__ = [
     "KafkaAccessDenied",
     "KafkaAccessError",
     "KafkaAuthError",
+    "check_access",
     "classify",
     "probe",
     "raise_if_denied",
@@ -207,3 +208,33 @@ def probe(client: Any, watch: ErrorWatch, timeout: float, *, step: float = 0.5) 
             continue
         watch.check()
         return md
+
+
+def check_access(
+    admin: Any,
+    md: Any,
+    topics: Mapping[str, str],
+    group: str,
+    settings: Mapping[str, Any],
+    timeout: float,
+) -> None:
+    """Raise :class:`KafkaAccessDenied` when the ACLs hide one of ``topics`` (name -> what the
+    app does with it: ``"read"``, ``"write to"``) or deny ``group``'s offsets. A topic the
+    metadata ``md`` leaves out may be one the ACLs hide: it is asked for by name, so a denial
+    fails an app's start naming it, not as a missing topic, and a denied group not as a
+    consumer that never gets an assignment. Other errors are left to the caller's checks."""
+    for topic, doing in topics.items():
+        if topic in md.topics:
+            continue
+        try:
+            found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException:
+            continue
+        if found is not None:
+            raise_if_denied(found.error, settings, doing=f"{doing} topic {topic!r}")
+    try:
+        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError):
+            raise_if_denied(err, settings, doing=f"use consumer group {group!r}")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.errors import ConfigError
-from laneway.kafka.client_config import spark_options
+from laneway.kafka.java_config import spark_options
 
 __all__ = [
     "AVAILABLE_NOW",
@@ -212,7 +212,7 @@ class PipelineSettings:
     def kafka_source_options(self) -> dict[str, str]:
         """The options the pipeline gives Spark's Kafka source besides the servers, topic and
         offsets: ``SOURCE_DEFAULTS``, then ``client_config`` as the Java client's ``kafka.`` keys
-        (:func:`laneway.kafka.client_config.spark_options`), overridden by ``source_options``."""
+        (:func:`laneway.kafka.java_config.spark_options`), overridden by ``source_options``."""
         return {**SOURCE_DEFAULTS, **spark_options(self.client_config), **self.source_options}
 
     @property

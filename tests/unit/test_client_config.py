@@ -11,6 +11,7 @@ import pytest
 from laneway.errors import ConfigError
 from laneway.kafka import client_config as cc
 from laneway.kafka import secrets
+from laneway.kafka.java_config import spark_options
 
 SCRAM_JAAS = (
     'org.apache.kafka.common.security.scram.ScramLoginModule required username="app" password="s3cr\\"et-pw";'
@@ -166,7 +167,7 @@ def test_load_errors_are_one_line_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_spark_options_scram() -> None:
-    opts = cc.spark_options(
+    opts = spark_options(
         {
             "bootstrap.servers": "b:9093",
             "security.protocol": "SASL_SSL",
@@ -194,14 +195,14 @@ def test_spark_options_plain_mtls_and_round_trip() -> None:
         "sasl.username": "KEY",
         "sasl.password": "SECRET",
     }
-    opts = cc.spark_options(settings)
+    opts = spark_options(settings)
     assert opts["kafka.sasl.jaas.config"].startswith(
         "org.apache.kafka.common.security.plain.PlainLoginModule"
     )
     # the Java form read back gives the same librdkafka settings
     java = {k.removeprefix("kafka."): v for k, v in opts.items()}
     assert cc.to_librdkafka(java) == settings
-    mtls = cc.spark_options(
+    mtls = spark_options(
         {"security.protocol": "SSL", "ssl.certificate.location": "/c.pem", "ssl.key.location": "/c.pem"}
     )
     assert mtls == {
@@ -210,9 +211,9 @@ def test_spark_options_plain_mtls_and_round_trip() -> None:
         "kafka.ssl.keystore.location": "/c.pem",
     }
     with pytest.raises(ConfigError, match="one PEM file"):
-        cc.spark_options({"ssl.certificate.location": "/c.crt", "ssl.key.location": "/c.key"})
+        spark_options({"ssl.certificate.location": "/c.crt", "ssl.key.location": "/c.key"})
     with pytest.raises(ConfigError, match=r"ssl\.engine\.location: Spark's Kafka client has no such setting"):
-        cc.spark_options({"ssl.engine.location": "/x"})
+        spark_options({"ssl.engine.location": "/x"})
 
 
 def test_using_scopes_the_active_settings() -> None:

@@ -221,3 +221,38 @@ def test_using_scopes_the_active_settings() -> None:
     with cc.using({"client.id": "x"}):
         assert cc.active() == {"client.id": "x"}
     assert cc.active() == {}
+
+
+def test_the_command_settings_reach_the_tools_clients() -> None:
+    from laneway.kafka import admin as ka
+    from laneway.kafka.producer import Producer
+
+    with cc.using({"security.protocol": "SSL", "client.id": "ops"}):
+        conf = ka.client_config("h:1", **{"group.id": "g"})
+        assert (conf["security.protocol"], conf["client.id"], conf["group.id"]) == ("SSL", "ops", "g")
+        producer = Producer("h:1")
+        try:
+            assert producer.config["security.protocol"] == "SSL"
+        finally:
+            producer.close()
+    assert "security.protocol" not in ka.client_config("h:1")
+
+
+@pytest.mark.parametrize(
+    "command", [["topics", "list"], ["lag", "g"], ["catalog", "generate"], ["run", "m:app"]]
+)
+def test_a_missing_file_is_one_line_and_exit_2(command: list[str], tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from laneway.ops import catalog_cli, kafka_cli, run_cli
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    for module in (run_cli, kafka_cli, catalog_cli):
+        module.register(app)
+    missing = tmp_path / "nope.properties"
+    result = CliRunner().invoke(app, [*command, "--client-config", str(missing)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: client_config: no such file: {missing} (--client-config / $LANEWAY_CLIENT_CONFIG)"
+    ]

@@ -4,7 +4,6 @@ each; a file asking for SASL_SSL fails each within seconds with one line and exi
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -85,14 +84,14 @@ def test_a_harmless_client_config_works_for_each_command(
         ]
 
 
-def _app_module(tmp: Path, bootstrap: str, topic: str) -> str:
+def _app_module(tmp: Path, bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch) -> str:
     name = f"cc_app_{uuid.uuid4().hex[:8]}"
     (tmp / f"{name}.py").write_text(
         "from laneway import App\n"
         f"app = App('cc', bootstrap_servers={bootstrap!r})\n"
         f"app.handler({topic!r}, on_failure='halt')(lambda e: None)\n"
     )
-    sys.path.insert(0, str(tmp))
+    monkeypatch.syspath_prepend(str(tmp))
     return f"{name}:app"
 
 
@@ -117,7 +116,7 @@ def test_sasl_ssl_at_a_plaintext_broker_fails_fast_with_one_line(
         f'    username="app" password="{SECRET}";\n'
     )
     monkeypatch.setenv("LANEWAY_CLIENT_CONFIG", str(conf))  # the variable, not the option
-    app = _app_module(nowhere, kafka_bootstrap, world["topic"])
+    app = _app_module(nowhere, kafka_bootstrap, world["topic"], monkeypatch)
     args = [a.format(tmp=nowhere, app=app, **world) for a in FAILING[name]]
     t0 = time.monotonic()
     result = invoke(*args, *([] if name == "run" else ["--bootstrap", kafka_bootstrap]))

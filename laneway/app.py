@@ -267,9 +267,7 @@ class App:
             **{spec.topic: "read" for spec in self.handlers.values()},
             **{h.dlq_topic: "write to" for h in self.handlers.values() if h.on_failure == "dead_letter"},
         }
-        access.check_access(
-            admin, md, wanted, self.settings.group_id, self._client_config(), self.settings.timeouts.startup
-        )
+        access.check_access(admin, md, wanted, self._client_config(), self.settings.timeouts.startup)
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
                 raise ConfigError(

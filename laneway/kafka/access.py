@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
@@ -214,15 +214,16 @@ def check_access(
     admin: Any,
     md: Any,
     topics: Mapping[str, str],
-    group: str,
     settings: Mapping[str, Any],
     timeout: float,
 ) -> None:
     """Raise :class:`KafkaAccessDenied` when the ACLs hide one of ``topics`` (name -> what the
-    app does with it: ``"read"``, ``"write to"``) or deny ``group``'s offsets. A topic the
-    metadata ``md`` leaves out may be one the ACLs hide: it is asked for by name, so a denial
-    fails an app's start naming it, not as a missing topic, and a denied group not as a
-    consumer that never gets an assignment. Other errors are left to the caller's checks."""
+    app does with it: ``"read"``, ``"write to"``). A topic the metadata ``md`` leaves out may be
+    one the ACLs hide: it is asked for by name, so a denial fails an app's start naming it, not
+    as a missing topic. A denied group shows when the consumers join it (a poll's
+    GROUP_AUTHORIZATION_FAILED stops the app): asking for a group's offsets from an admin
+    client can crash confluent-kafka 2.16 (a segmentation fault, seen for a group without
+    offsets). Other errors are left to the caller's checks."""
     for topic, doing in topics.items():
         if topic in md.topics:
             continue
@@ -232,9 +233,3 @@ def check_access(
             continue
         if found is not None:
             raise_if_denied(found.error, settings, doing=f"{doing} topic {topic!r}")
-    try:
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout)
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError):
-            raise_if_denied(err, settings, doing=f"use consumer group {group!r}")

@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -39,6 +40,9 @@ from laneway.engine.policies import (
 )
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
+from laneway.kafka import access, secrets
+from laneway.kafka.access import ErrorWatch
+from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
@@ -101,6 +105,7 @@ class App:
         kafka_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
         tracing: Tracing | bool | None = None,
+        client_config: str | Path | None = None,
         **deprecated: Any,
     ) -> None:
         _require("backpressure", backpressure, Backpressure)
@@ -113,6 +118,11 @@ class App:
         timeouts, metrics_server, exactly_once = upgrade_keywords(
             deprecated, timeouts, metrics_server, exactly_once
         )
+        # a properties file (Kafka's --command-config format): the base kafka_config overrides
+        from_file = load_client_config(client_config) if client_config is not None else {}
+        kafka_config = {**from_file, **(kafka_config or {})}
+        secrets.remember(kafka_config)
+        secrets.remember(producer_config or {})
         try:
             self.settings = AppSettings(
                 name=name,
@@ -126,7 +136,7 @@ class App:
                 timeouts=timeouts or Timeouts(),
                 metrics_server=metrics_server,
                 exactly_once=exactly_once,
-                kafka_config=kafka_config or {},
+                kafka_config=kafka_config,
                 producer_config=producer_config or {},
                 tracing=Tracing() if tracing is True else tracing or None,
             )
@@ -161,6 +171,10 @@ class App:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self.fatal: BaseException | None = None
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"App({s.name!r}, bootstrap_servers={s.bootstrap_servers!r}, group_id={s.group_id!r})"
 
     @property
     def backpressure(self) -> Backpressure:
@@ -237,10 +251,11 @@ class App:
         quiet = logging.getLogger("laneway.app.check")
         quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
         field = "kafka_config"
+        watch = ErrorWatch(self._client_config())  # a refused login or certificate: seconds, not a hang
         try:
-            admin = AdminClient(
-                {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}, logger=quiet
-            )
+            conf: dict[str, Any] = {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}
+            conf["error_cb"] = watch
+            admin = AdminClient(conf, logger=quiet)
             # librdkafka validates consumer and producer properties only when such a client is built
             probe = {**self._client_config(), "group.id": self.settings.group_id}
             Consumer(probe, logger=quiet).close()
@@ -249,15 +264,20 @@ class App:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             text = err.str() if hasattr(err, "str") else str(err)
-            raise ConfigError(field, text) from None
+            raise ConfigError(field, secrets.scrub(text)) from None
         try:
-            md = admin.list_topics(timeout=self.settings.timeouts.startup)
+            md = access.probe(admin, watch, self.settings.timeouts.startup)
         except KafkaException as exc:
             raise ConfigError(
                 "bootstrap_servers",
                 f"no broker answered at {self.settings.bootstrap_servers} within "
                 f"{self.settings.timeouts.startup:.0f}s ({exc.args[0] if exc.args else exc})",
             ) from None
+        wanted = {
+            **{spec.topic: "read" for spec in self.handlers.values()},
+            **{h.dlq_topic: "write to" for h in self.handlers.values() if h.on_failure == "dead_letter"},
+        }
+        access.check_access(admin, md, wanted, self._client_config(), self.settings.timeouts.startup)
         for spec in self.handlers.values():
             if spec.topic not in md.topics:
                 raise ConfigError(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
+from laneway.kafka.secrets import redact
 
 __all__ = [
     "DEPRECATED_KEYWORDS",
@@ -167,6 +168,11 @@ class AppSettings(BaseModel):
             if not host or not port.isdigit():
                 raise ValueError(f"expected host:port[,host:port], got {v!r}")
         return v
+
+    def __repr_args__(self) -> Any:
+        """The fields, with the secrets of the librdkafka settings redacted."""
+        for name, value in super().__repr_args__():
+            yield name, (redact(value) if name in ("kafka_config", "producer_config") else value)
 
     def serving_metrics(self, *, port: int | None = None, host: str | None = None) -> AppSettings:
         """A copy with the metrics server's port and host replaced where given (``laneway run

@@ -135,6 +135,7 @@ def produce(
     )
 
     from laneway.kafka.admin import client_logger
+    from laneway.kafka.client_config import active
 
     if rate is not None and rate <= 0:
         raise ValueError("rate must be > 0 (or None for as fast as possible)")
@@ -150,6 +151,7 @@ def produce(
         # librdkafka's lines (a connection refused every second while the broker is away) go
         # through logging, as the tools' clients do; a stop ends in CatalogProduceError
         "logger": client_logger,
+        **active(),  # the command's --client-config
     }
     conf.update(producer_config or {})
     producer = Producer(conf)

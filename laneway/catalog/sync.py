@@ -36,6 +36,7 @@ from laneway.catalog.models import ChangeEvent, InvalidChangeEvent, parse_change
 from laneway.catalog.source import SimulatedSource, SourceUnavailable
 from laneway.engine.events import Event
 from laneway.engine.policies import Delay, MetricsServer, Retry, Timeouts
+from laneway.kafka.client_config import active
 
 __all__ = ["CatalogSync", "SyncSettings", "SyncStats", "build_snapshot", "consumer_lag", "decode_change"]
 
@@ -166,6 +167,7 @@ class CatalogSync:
             concurrency=s.concurrency,
             timeouts=Timeouts(commit_interval=s.commit_interval),
             metrics_server=None if s.metrics_port is None else MetricsServer(port=s.metrics_port),
+            kafka_config=active(),  # the command's --client-config (empty outside a command line)
         )
         self.app.handler(
             s.changes_topic,
@@ -234,7 +236,9 @@ def consumer_lag(bootstrap: str, group_id: str, topic: str, timeout: float = 10.
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    consumer = Consumer(
+        {**active(), "bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+    )
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         partitions = sorted(md.topics[topic].partitions)

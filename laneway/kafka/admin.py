@@ -33,6 +33,8 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from laneway.errors import LanewayError
+from laneway.kafka.access import ErrorWatch, probe, raise_if_denied
+from laneway.kafka.client_config import active
 from laneway.kafka.logs import librdkafka_logger
 
 __all__ = [
@@ -93,11 +95,13 @@ class InvalidInputError(AdminError, ValueError):
 
 
 def client_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    """Settings shared by the short-lived clients of the tools: quick to give up, quiet."""
+    """Settings shared by the short-lived clients of the tools: quick to give up, quiet, with
+    the command's ``--client-config`` settings (:func:`laneway.kafka.client_config.active`)."""
     return {
         "bootstrap.servers": bootstrap,
         "socket.connection.setup.timeout.ms": 3000,
         "logger": client_logger,
+        **active(),
         **extra,
     }
 
@@ -119,9 +123,12 @@ def connect(bootstrap: str, timeout: float = 5.0) -> AdminClient:
     """An AdminClient for ``bootstrap``, once a broker answered (else :class:`BrokerUnreachableError`)."""
     if not _reachable(bootstrap, min(timeout, 3.0)):
         raise BrokerUnreachableError(f"no Kafka broker answered at {bootstrap} (cannot connect)")
-    admin = AdminClient(client_config(bootstrap))
+    config: dict[str, Any] = client_config(bootstrap)
+    watch = ErrorWatch(config)  # a refused login or certificate: one line within a second
+    config["error_cb"] = watch
+    admin = AdminClient(config)
     try:
-        md = admin.list_topics(timeout=timeout)
+        md = probe(admin, watch, timeout)
     except KafkaException as exc:
         raise BrokerUnreachableError(f"no Kafka broker answered at {bootstrap} within {timeout:g}s") from exc
     if not md.brokers:
@@ -134,6 +141,8 @@ def future_result(future: Any, what: str, timeout: float = 30.0) -> Any:
         return future.result(timeout)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
+        if isinstance(err, confluent_kafka.KafkaError):
+            raise_if_denied(err, active(), doing=what)
         text = err.str() if isinstance(err, confluent_kafka.KafkaError) else str(err)
         raise AdminError(f"{what}: {text}") from exc
 
@@ -194,6 +203,8 @@ def list_topics(admin: AdminClient, *, include_internal: bool = False) -> list[T
 def topic_partitions(admin: AdminClient, topic: str) -> list[Any]:
     md = admin.list_topics(topic, timeout=10)
     t = md.topics.get(topic)
+    if t is not None:
+        raise_if_denied(t.error, active(), doing=f"describe topic {topic!r}")
     if t is None or t.error is not None or not t.partitions:
         raise UnknownTopicError(f"unknown topic {topic!r}")
     return [t.partitions[p] for p in sorted(t.partitions)]

@@ -34,6 +34,7 @@ from laneway.engine.events import Output
 from laneway.engine.policies import ExactlyOnce
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
+from laneway.kafka.access import raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
 
 if TYPE_CHECKING:
@@ -138,6 +139,8 @@ class Committer:
         synchronous ones). A failed one is retried on the next tick."""
         failed = err is not None or any(p.error is not None for p in partitions)
         self._metrics.commit(not failed)
+        for e in (err, *(p.error for p in partitions)):  # a revoked grant stops the app
+            raise_if_denied(e, {}, doing="commit the group's offsets")
         if failed:
             self._recommit = True
             logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
@@ -181,6 +184,7 @@ class AtLeastOnceCommitter(Committer):
                 self._metrics.commit(True)
         except KafkaException as exc:
             self._metrics.commit(False)
+            raise_if_denied(exc.args[0] if exc.args else None, {}, doing="commit the group's offsets")
             logger.warning("commit of %d partition(s) failed: %s", len(offsets), exc)
 
     def _produce_all(self, outputs: list[Output]) -> None:

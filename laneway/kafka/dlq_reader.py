@@ -21,7 +21,9 @@ import orjson
 from confluent_kafka import TopicPartition
 
 from laneway.kafka import headers as h
+from laneway.kafka.access import raise_if_denied
 from laneway.kafka.admin import AdminError, InvalidInputError, UnknownTopicError, client_config
+from laneway.kafka.client_config import active
 
 __all__ = [
     "DeadLetter",
@@ -164,6 +166,8 @@ def _read_topic(
     try:
         md = consumer.list_topics(topic, timeout=10)
         t = md.topics.get(topic)
+        if t is not None:
+            raise_if_denied(t.error, active(), doing=f"describe topic {topic!r}")
         if t is None or t.error is not None or not t.partitions:
             raise UnknownTopicError(f"unknown topic {topic!r}")
         total = 0
@@ -187,6 +191,7 @@ def _read_topic(
                 if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition() or 0)
                     continue
+                raise_if_denied(err, active(), doing=f"read topic {topic!r}")
                 raise AdminError(f"reading {topic!r}: {err.str()}")
             done += 1
             if progress is not None:

@@ -13,7 +13,8 @@ is left as it is.
 
 Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``, under
 ``laneway.kafka.client`` (``laneway.kafka.librdkafka`` for the tools' admin clients): never a
-module's own logger, whose lines the filter must not hold back.
+module's own logger, whose lines the filter must not hold back. A ``SecretFilter`` before it
+scrubs every secret value the process was given from each line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["RepeatFilter", "librdkafka_logger"]
+from laneway.kafka import secrets
+
+__all__ = ["RepeatFilter", "SecretFilter", "librdkafka_logger"]
 
 #: the parts of a librdkafka line that change while it says the same: durations, and counts of
 #: requests or of errors it suppressed itself
@@ -75,6 +78,21 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class SecretFilter(logging.Filter):
+    """Replace every secret the process was given (:func:`laneway.kafka.secrets.remember`) by
+    ``[redacted]`` in a line: librdkafka does not print passwords, and this makes sure."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        clean = secrets.scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
 _attach_lock = threading.Lock()
 
 
@@ -84,5 +102,6 @@ def librdkafka_logger(name: str) -> logging.Logger:
     logger = logging.getLogger(name)
     with _attach_lock:
         if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+            logger.addFilter(SecretFilter())
             logger.addFilter(RepeatFilter())
     return logger

@@ -58,6 +58,7 @@ from typing import Any, Literal
 import confluent_kafka
 
 from laneway.errors import LanewayError
+from laneway.kafka.client_config import active
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve
@@ -205,6 +206,7 @@ class Producer:
             "partitioner": "murmur2_random",
             "error_cb": self._on_error,
             "logger": _CLIENT_LOG,
+            **active(),  # a command line's --client-config (laneway.kafka.client_config)
             **(extra or {}),
         }
         self._producer = confluent_kafka.Producer(self.config)

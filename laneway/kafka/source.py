@@ -29,13 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from laneway.engine.flow import (
     batch_wanted,
@@ -48,6 +42,7 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
+from laneway.kafka.access import KafkaAccessError, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -106,6 +101,7 @@ class KafkaSource(RebalanceCallbacks):
         }
         self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
+        self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
@@ -197,7 +193,9 @@ class KafkaSource(RebalanceCallbacks):
             self._loop()
         except BaseException as exc:
             self.error = exc
-            logger.exception("consumer loop failed")
+            (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
+                "consumer stopped: %s", exc
+            )
             if self._on_fatal is not None:
                 self._on_fatal(exc)
         finally:
@@ -416,6 +414,7 @@ class KafkaSource(RebalanceCallbacks):
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
+        raise_if_denied(err, self._access)  # a revoked grant or a removed user: stop, saying so
         if err.fatal():
             raise KafkaException(err)
         logger.warning("consumer error: %s", err)

@@ -1,22 +1,41 @@
-"""The command lines' ``--bootstrap`` option and how it resolves.
+"""The command lines' connection options: ``--bootstrap`` and ``--client-config``.
 
 ``--bootstrap``/``-b``, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start``
 recorded (while it runs), else 127.0.0.1:9092.
 
     address = resolve_bootstrap(bootstrap)   # bootstrap: the option's value, None when not given
+
+``--client-config FILE``, else ``$LANEWAY_CLIENT_CONFIG``: a Java-style properties file of client
+settings (:mod:`laneway.kafka.client_config`). :func:`with_client_config` adds the option to a
+command and runs it with the file's settings in every client it builds; a file that cannot be
+read, and a cluster that refuses the settings (:mod:`laneway.kafka.access`), are one line on
+stderr and exit code 2. The file's ``bootstrap.servers`` comes after ``--bootstrap`` and before
+``$LANEWAY_BOOTSTRAP``.
+
+    @app.command("lag")
+    @with_client_config
+    def lag(group: str, bootstrap: Bootstrap = None) -> None: ...
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from laneway import jars
+from laneway.errors import ConfigError
+from laneway.kafka import client_config as cc
 from laneway.ops.broker import BrokerInfo
 
-__all__ = ["DEFAULT_BOOTSTRAP", "Bootstrap", "resolve_bootstrap"]
+__all__ = ["DEFAULT_BOOTSTRAP", "Bootstrap", "ClientConfig", "resolve_bootstrap", "with_client_config"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -43,3 +62,53 @@ def resolve_bootstrap(explicit: str | None) -> str:
     if info is not None and info.alive():
         return info.bootstrap
     return DEFAULT_BOOTSTRAP
+
+
+ClientConfig = Annotated[
+    str | None,
+    typer.Option(
+        "--client-config",
+        envvar=cc.ENV_VAR,
+        show_envvar=True,
+        show_default=False,  # the variable's value is never shown
+        help="Kafka client settings: a Java-style properties file, as Kafka's tools take "
+        "--command-config (SASL, TLS; docs/security.md)",
+    ),
+]
+
+
+def with_client_config(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` with a ``--client-config`` option: the file's settings go into every client the
+    command builds (:func:`laneway.kafka.client_config.using`); the command reads them with
+    :func:`laneway.kafka.client_config.active`. A bad file, or a cluster refusing the
+    settings, is one line and exit code 2."""
+    signature = inspect.signature(fn, eval_str=True)
+    param = inspect.Parameter(
+        "client_config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ClientConfig
+    )
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, client_config: str | None = None, **kwargs: Any) -> Any:
+        from laneway.kafka.access import KafkaAccessError
+        from laneway.ops.cli import fail
+
+        try:
+            settings = cc.load_client_config(client_config) if client_config else {}
+        except ConfigError as exc:
+            raise fail(str(exc)) from None
+        # the file's bootstrap.servers: after --bootstrap, before $LANEWAY_BOOTSTRAP
+        server = settings.pop("bootstrap.servers", None)
+        if server and "bootstrap" in signature.parameters and not kwargs.get("bootstrap"):
+            kwargs["bootstrap"] = server
+        try:
+            with cc.using(settings):
+                return fn(*args, **kwargs)
+        except KafkaAccessError as exc:
+            raise fail(str(exc)) from None
+
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), param]
+    )
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in signature.parameters.values()}}
+    wrapper.__annotations__["client_config"] = ClientConfig
+    return wrapper  # type: ignore[return-value]

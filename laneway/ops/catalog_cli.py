@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from laneway.ops.bootstrap import Bootstrap  # the operations commands' option: one rule
+from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
 
 __all__ = ["catalog_app", "register"]
 
@@ -54,6 +54,7 @@ def _resolve(bootstrap: str | None) -> str:
 
 
 @catalog_app.command("generate")
+@with_client_config
 def generate_cmd(
     bootstrap: Bootstrap = None,
     topic: Annotated[str, typer.Option(help="topic to produce to; created when missing")] = "catalog.changes",
@@ -142,6 +143,7 @@ def generate_cmd(
 
 
 @catalog_app.command("sync")
+@with_client_config
 def sync_cmd(
     bootstrap: Bootstrap = None,
     changes_topic: Annotated[str, typer.Option(help="topic of change events")] = "catalog.changes",

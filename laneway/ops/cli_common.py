@@ -19,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from laneway.kafka import admin as ka
 from laneway.kafka import dlq_reader as dr
+from laneway.kafka.access import raise_if_denied
+from laneway.kafka.client_config import active
 from laneway.kafka.producer import ProducerError
 from laneway.ops.bootstrap import resolve_bootstrap
 
@@ -48,6 +50,8 @@ def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc)) from exc
         except KafkaException as exc:  # a request the tools did not wrap, e.g. a metadata timeout
             err = exc.args[0] if exc.args else exc
+            if isinstance(err, KafkaError):  # an ACL denial or a refused login: say which setting
+                raise_if_denied(err, active())
             raise fail(f"kafka: {err.str() if isinstance(err, KafkaError) else err}") from exc
 
     return wrapper

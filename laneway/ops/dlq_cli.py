@@ -15,7 +15,7 @@ from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
 from laneway.ops import cli_common as common
-from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.bootstrap import Bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 
 __all__ = ["dlq_app", "dlq_redrive", "dlq_show"]
@@ -54,6 +54,7 @@ Filters = Annotated[
 
 
 @dlq_app.command("show")
+@with_client_config
 @common.tool_errors
 def dlq_show(
     topic: Annotated[str, typer.Argument(help="dead-letter topic")],
@@ -114,6 +115,7 @@ def dlq_show(
 
 
 @dlq_app.command("redrive")
+@with_client_config
 @common.tool_errors
 def dlq_redrive(
     topic: Annotated[str, typer.Argument(help="dead-letter topic")],

@@ -25,7 +25,7 @@ from laneway.kafka.replay import (
     plan_reset,
 )
 from laneway.ops import cli_common as common
-from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.bootstrap import Bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 from laneway.ops.parsing import parse_partition_offsets, parse_time
 
@@ -83,6 +83,7 @@ def _lag_json(lag: GroupLag) -> dict[str, Any]:
     }
 
 
+@with_client_config
 @common.tool_errors
 def lag(
     group: Annotated[str, typer.Argument(help="consumer group id")],
@@ -158,6 +159,7 @@ def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
     }
 
 
+@with_client_config
 @common.tool_errors
 def replay(
     group: Annotated[str, typer.Argument(help="consumer group id")],

@@ -7,7 +7,8 @@ The logic lives in :mod:`laneway.kafka.admin` (topics), :mod:`laneway.kafka.grou
 module has the ``topics`` and ``health`` commands and :func:`register`, which adds them with
 ``lag`` and ``replay`` (:mod:`laneway.ops.groups_cli`) and ``dlq`` (:mod:`laneway.ops.dlq_cli`)
 to the root app. Every command takes ``--bootstrap`` (default: ``$LANEWAY_BOOTSTRAP``, else the
-broker ``laneway broker start`` recorded, else 127.0.0.1:9092: :mod:`laneway.ops.bootstrap`).
+broker ``laneway broker start`` recorded, else 127.0.0.1:9092) and ``--client-config``
+(default: ``$LANEWAY_CLIENT_CONFIG``): :mod:`laneway.ops.bootstrap`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.table import Table
 from laneway.kafka import admin as ka
 from laneway.kafka.health import cluster_health
 from laneway.ops import cli_common as common
-from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.bootstrap import Bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 from laneway.ops.dlq_cli import dlq_app
 from laneway.ops.groups_cli import lag, replay
@@ -35,6 +36,7 @@ topics_app = typer.Typer(help="Create, list and describe topics.", no_args_is_he
 
 
 @topics_app.command("create")
+@with_client_config
 @common.tool_errors
 def topics_create(
     name: Annotated[str, typer.Argument(help="topic name")],
@@ -84,6 +86,7 @@ def topics_create(
 
 
 @topics_app.command("list")
+@with_client_config
 @common.tool_errors
 def topics_list(
     internal: Annotated[bool, typer.Option("--internal", help="include internal topics (__*)")] = False,
@@ -106,6 +109,7 @@ def topics_list(
 
 
 @topics_app.command("describe")
+@with_client_config
 @common.tool_errors
 def topics_describe(
     name: Annotated[str, typer.Argument(help="topic name")],
@@ -145,6 +149,7 @@ def topics_describe(
 # -- health ----------------------------------------------------------------------------
 
 
+@with_client_config
 @common.tool_errors
 def health(bootstrap: Bootstrap = None, json: Json = False) -> None:
     """Ping the cluster: brokers, controller, topics, under-replicated and offline partitions.

@@ -12,6 +12,9 @@ from typing import Annotated
 import typer
 
 from laneway.errors import ConfigError, LanewayError
+from laneway.kafka import secrets
+from laneway.kafka.client_config import active
+from laneway.ops.bootstrap import with_client_config
 
 __all__ = ["load_app", "register"]
 
@@ -34,6 +37,7 @@ def register(app: typer.Typer) -> None:
     """Add ``run`` to the root ``laneway`` app."""
 
     @app.command("run")
+    @with_client_config
     def run(
         target: Annotated[str, typer.Argument(help="module:attribute of a laneway.App")],
         metrics_port: Annotated[
@@ -79,6 +83,10 @@ def register(app: typer.Typer) -> None:
             typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
             raise typer.Exit(2)
         obj.settings = obj.settings.serving_metrics(port=metrics_port, host=metrics_host)
+        if from_file := active():  # --client-config: over the app's own kafka_config
+            secrets.remember(from_file)
+            kafka_config = {**obj.settings.kafka_config, **from_file}
+            obj.settings = obj.settings.model_copy(update={"kafka_config": kafka_config})
         try:
             obj.run()
         except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use

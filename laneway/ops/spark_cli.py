@@ -14,7 +14,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from laneway.ops.bootstrap import Bootstrap
+from laneway.ops.bootstrap import Bootstrap, with_client_config
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
@@ -43,6 +43,7 @@ def _spark_conf(conf: list[str] | None) -> dict[str, str]:
 
 
 @pipeline_app.command("run")
+@with_client_config
 def run(
     bootstrap: Bootstrap = None,
     warehouse: Warehouse = "warehouse",
@@ -84,6 +85,7 @@ def run(
 
     Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
     """
+    from laneway.kafka.client_config import active
     from laneway.ops.bootstrap import resolve_bootstrap
     from laneway.spark.pipeline import PipelineError, run_pipeline
     from laneway.spark.settings import PipelineSettings
@@ -105,6 +107,7 @@ def run(
             deletion_vectors=deletion_vectors,
             spark_conf=spark_conf,
             progress_group=progress_group or None,
+            client_config=active(),  # --client-config: Spark's Kafka source and the progress group
         )
     except ValueError as exc:
         raise _fail(str(exc)) from exc

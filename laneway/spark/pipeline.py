@@ -198,7 +198,7 @@ def run_pipeline(
             "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
         )
         progress = (
-            GroupProgress(settings.bootstrap, settings.progress_group, settings.topic)
+            GroupProgress(settings.bootstrap, settings.progress_group, settings.topic, settings.client_config)
             if settings.progress_group
             else None
         )

@@ -31,8 +31,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from laneway.errors import ConfigError
+from laneway.kafka.java_config import spark_options
 
 __all__ = [
     "AVAILABLE_NOW",
@@ -142,6 +144,9 @@ class PipelineSettings:
       them enabled already is MERGEd the same way with or without this option.
     * ``source_options``: passed verbatim to Spark's Kafka source
       (``"kafka.security.protocol"``, ``"failOnDataLoss"``, ...), over ``SOURCE_DEFAULTS``.
+    * ``client_config``: librdkafka client settings (a ``--client-config`` file's, say): Spark's
+      Kafka source gets them as the Java client's ``kafka.`` options, the progress group's
+      committer as they are. Left out of the repr, as ``source_options`` is: they hold secrets.
     * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
     * ``progress_group``: a Kafka consumer group the run commits each landed batch's end
       offsets to, so Kafka's lag tools show the pipeline's lag (``laneway lag
@@ -158,9 +163,10 @@ class PipelineSettings:
     master: str = "local[*]"
     compact_every: int = 50
     deletion_vectors: bool = False
-    source_options: Mapping[str, str] = field(default_factory=dict)
+    source_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     progress_group: str | None = "laneway-pipeline"
+    client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -188,6 +194,10 @@ class PipelineSettings:
         offsets = self.starting_offsets.strip()
         if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
             errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
+        try:
+            spark_options(self.client_config)
+        except ConfigError as exc:
+            errors.append(str(exc))
         if errors:
             raise ConfigError("PipelineSettings", "; ".join(errors))
         for name in ("warehouse", "checkpoint"):
@@ -197,11 +207,13 @@ class PipelineSettings:
             object.__setattr__(self, name, path)
         object.__setattr__(self, "source_options", dict(self.source_options))
         object.__setattr__(self, "spark_conf", dict(self.spark_conf))
+        object.__setattr__(self, "client_config", dict(self.client_config))
 
     def kafka_source_options(self) -> dict[str, str]:
         """The options the pipeline gives Spark's Kafka source besides the servers, topic and
-        offsets: ``SOURCE_DEFAULTS`` overridden by ``source_options``."""
-        return {**SOURCE_DEFAULTS, **self.source_options}
+        offsets: ``SOURCE_DEFAULTS``, then ``client_config`` as the Java client's ``kafka.`` keys
+        (:func:`laneway.kafka.java_config.spark_options`), overridden by ``source_options``."""
+        return {**SOURCE_DEFAULTS, **spark_options(self.client_config), **self.source_options}
 
     @property
     def trigger_interval_ms(self) -> int | None:

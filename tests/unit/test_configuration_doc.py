@@ -114,8 +114,25 @@ def test_every_table_is_checked() -> None:
         "Tracing",
         "Retry",
         "Delay",
+        "Command lines",
         "Keywords replaced by policy objects",
     }
+
+
+def test_the_command_line_table_matches_the_code() -> None:
+    """The connection options and their variables, as the shared option of the commands has them."""
+    from typing import get_args
+
+    from laneway.kafka.client_config import ENV_VAR
+    from laneway.ops.bootstrap import Bootstrap, ClientConfig
+
+    def long_name(option: Any) -> str:  # with Annotated, typer takes the first name as `default`
+        return next(d for d in (option.default, *option.param_decls) if str(d).startswith("--"))
+
+    rows = {name.strip("`"): env.strip("`") for name, env, _ in _tables()["Command lines"]}
+    bootstrap, client = get_args(Bootstrap)[1], get_args(ClientConfig)[1]
+    assert client.envvar == ENV_VAR
+    assert rows == {long_name(bootstrap): "LANEWAY_BOOTSTRAP", long_name(client): ENV_VAR}
 
 
 def test_the_example_runs() -> None:

@@ -161,3 +161,18 @@ def test_the_drawing_names_each_family_s_module_and_its_second_bases() -> None:
     )
     print("\n".join([*wrong_module, *wrong_bases]))
     assert wrong_module == [] and wrong_bases == []
+
+
+def test_a_cluster_refusal_is_a_config_error() -> None:
+    """A refused login or an ACL denial is a bad setting: `laneway run` exits 2, as the commands do."""
+    from laneway.errors import ConfigError
+    from laneway.kafka.access import KafkaAccessDenied, KafkaAccessError, KafkaAuthError
+
+    assert issubclass(KafkaAuthError, KafkaAccessError) and issubclass(KafkaAccessDenied, KafkaAccessError)
+    assert issubclass(KafkaAccessError, ConfigError)
+    err = KafkaAccessDenied("sasl.username", "access denied:\n  one line", "GROUP_AUTHORIZATION_FAILED")
+    assert (str(err), err.field, err.code) == (
+        "access denied: one line",
+        "sasl.username",
+        "GROUP_AUTHORIZATION_FAILED",
+    )

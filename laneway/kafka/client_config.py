@@ -1,0 +1,268 @@
+"""Client settings from a Java-style properties file, as Kafka's own tools take ``--command-config``.
+
+    settings = load_client_config("client.properties")   # librdkafka settings
+    App("orders", bootstrap_servers=..., kafka_config=settings)
+
+The file may give librdkafka keys (``sasl.username``, ``ssl.ca.location``), which pass as they
+are, or the Java client's keys, which are translated:
+
+* ``sasl.jaas.config`` with the SCRAM or PLAIN login module: ``sasl.username``, ``sasl.password``;
+  with the OAuthBearer login module and ``clientId``/``clientSecret``: librdkafka's OIDC settings;
+* ``ssl.truststore.location`` with ``ssl.truststore.type=PEM``: ``ssl.ca.location``
+  (``ssl.truststore.certificates``: ``ssl.ca.pem``);
+* ``ssl.keystore.location`` with ``ssl.keystore.type=PEM`` (one file, key and certificate):
+  ``ssl.certificate.location`` and ``ssl.key.location``; a PKCS12 keystore passes as it is;
+* ``ssl.endpoint.identification.algorithm`` empty: ``none``.
+
+A Java-only key librdkafka cannot take (a JKS truststore, a callback class) is a
+:class:`~laneway.errors.ConfigError` naming the key and what to use instead. The command lines
+read the file named by ``--client-config`` or ``$LANEWAY_CLIENT_CONFIG`` (:data:`ENV_VAR`) and
+make it the settings of every client the command builds (:func:`using`, :func:`active`).
+:mod:`laneway.kafka.java_config` turns the settings back into the Java client's, for Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Final
+
+from laneway.errors import ConfigError
+from laneway.kafka import secrets
+
+__all__ = [
+    "ENV_VAR",
+    "active",
+    "load_client_config",
+    "parse_properties",
+    "to_librdkafka",
+    "using",
+]
+
+#: the environment variable the command lines read when ``--client-config`` is not given
+ENV_VAR: Final = "LANEWAY_CLIENT_CONFIG"
+
+_FIELD: Final = "client_config"
+
+#: Java-only keys librdkafka has no use for, and what to do instead
+JAVA_ONLY: Final[dict[str, str]] = {
+    "sasl.login.callback.handler.class": "librdkafka cannot load Java classes: use sasl.oauthbearer.* "
+    "(docs/security.md)",
+    "sasl.client.callback.handler.class": "librdkafka cannot load Java classes: remove it",
+    "sasl.login.class": "librdkafka cannot load Java classes: remove it",
+    "key.serializer": "Laneway serializes records itself: remove it",
+    "value.serializer": "Laneway serializes records itself: remove it",
+    "key.deserializer": "Laneway hands handlers the bytes (or JSON): remove it",
+    "value.deserializer": "Laneway hands handlers the bytes (or JSON): remove it",
+    "ssl.protocol": "librdkafka negotiates the TLS version: remove it",
+    "ssl.enabled.protocols": "librdkafka negotiates the TLS version: remove it",
+    "ssl.keymanager.algorithm": "remove it (a Java setting)",
+    "ssl.trustmanager.algorithm": "remove it (a Java setting)",
+    "ssl.secure.random.implementation": "remove it (a Java setting)",
+    "ssl.engine.factory.class": "librdkafka cannot load Java classes: remove it",
+    "security.providers": "librdkafka cannot load Java classes: remove it",
+    "interceptor.classes": "librdkafka cannot load Java classes: remove it",
+}
+
+_active: ContextVar[Mapping[str, Any] | None] = ContextVar("laneway_client_config", default=None)
+
+
+# -- the properties format -----------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    """The file's logical lines: comments and blank lines dropped, continuations joined."""
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd number of backslashes: the line goes on
+            pending += line[:-1]
+            continue
+        yield pending + line
+        pending = ""
+    if pending:
+        yield pending
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
+            out.append(chr(int(text[i + 2 : i + 6], 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java properties text as a dict: ``key=value``, ``key: value`` or ``key value``,
+    ``#``/``!`` comments, ``\\`` continuations and escapes (``\\t``, ``\\uXXXX``, ``\\=``)."""
+    out: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c in "=: \t\f":
+                break
+            i += 1
+        key, rest = line[:i], line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        out[_unescape(key)] = _unescape(rest)
+    return out
+
+
+# -- Java keys into librdkafka's ----------------------------------------------------------------
+
+_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>\w+)(?P<options>.*?);?\s*$", re.DOTALL)
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
+
+
+def _jaas_options(text: str) -> tuple[str, dict[str, str]]:
+    match = _JAAS.match(text)
+    if match is None:
+        raise ConfigError(_FIELD, "sasl.jaas.config: expected 'LoginModule required key=\"value\" ...;'")
+    options = {
+        m.group(1): re.sub(r"\\(.)", r"\1", m.group(2)) if m.group(2) is not None else m.group(3)
+        for m in _JAAS_OPTION.finditer(match.group("options"))
+    }
+    return match.group("module").rsplit(".", 1)[-1], options
+
+
+def _from_jaas(text: str) -> dict[str, str]:
+    module, options = _jaas_options(text)
+    if module in ("ScramLoginModule", "PlainLoginModule"):
+        missing = [k for k in ("username", "password") if k not in options]
+        if missing:
+            raise ConfigError(_FIELD, f"sasl.jaas.config: {module} without {' and '.join(missing)}")
+        return {"sasl.username": options["username"], "sasl.password": options["password"]}
+    if module == "OAuthBearerLoginModule":
+        if "clientId" not in options:  # the unsecured JWT module of tests
+            return {"enable.sasl.oauthbearer.unsecure.jwt": "true"}
+        out = {"sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": options["clientId"]}
+        if "clientSecret" in options:
+            out["sasl.oauthbearer.client.secret"] = options["clientSecret"]
+        if "scope" in options:
+            out["sasl.oauthbearer.scope"] = options["scope"]
+        return out
+    if module == "IAMLoginModule":
+        raise ConfigError(
+            _FIELD,
+            "sasl.jaas.config: AWS MSK IAM (IAMLoginModule) is a Java plug-in librdkafka does not have: use "
+            "sasl.mechanism=OAUTHBEARER with a token callback in App(kafka_config={'oauth_cb': ...}), "
+            "or SCRAM (docs/security.md)",
+        )
+    raise ConfigError(
+        _FIELD,
+        f"sasl.jaas.config: login module {module} has no librdkafka equivalent: give sasl.username and "
+        "sasl.password (SCRAM, PLAIN) or sasl.oauthbearer.* instead",
+    )
+
+
+def _pem_only(props: Mapping[str, str], kind: str, key: str) -> None:
+    store = props.get(f"ssl.{kind}.type", "JKS" if f"ssl.{kind}.location" in props else "PEM").upper()
+    if store != "PEM" and not (kind == "keystore" and store == "PKCS12"):
+        instead = (
+            "convert it to PEM (keytool -exportcert -rfc) and set ssl.truststore.type=PEM, "
+            "or give ssl.ca.location"
+            if kind == "truststore"
+            else "convert it to PKCS12 or PEM, or give ssl.certificate.location and ssl.key.location"
+        )
+        raise ConfigError(_FIELD, f"{key}: librdkafka cannot read a {store} {kind}: {instead}")
+
+
+def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` (a properties file's keys) as librdkafka settings; see the module's docstring."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if key in JAVA_ONLY:
+            raise ConfigError(
+                _FIELD, f"{key} is a Java client setting librdkafka has no use for: {JAVA_ONLY[key]}"
+            )
+        if key == "sasl.jaas.config":
+            out.update(_from_jaas(value))
+        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
+            continue
+        elif key == "ssl.truststore.password":
+            _pem_only(props, "truststore", key)  # a PEM truststore has no password: nothing to pass
+        elif key == "ssl.truststore.location":
+            _pem_only(props, "truststore", key)
+            out["ssl.ca.location"] = value
+        elif key == "ssl.truststore.certificates":
+            out["ssl.ca.pem"] = value
+        elif key == "ssl.keystore.location":
+            _pem_only(props, "keystore", key)
+            if props.get("ssl.keystore.type", "").upper() == "PEM":
+                out["ssl.certificate.location"] = out["ssl.key.location"] = value
+            else:
+                out[key] = value
+        elif key == "ssl.keystore.certificate.chain":
+            out["ssl.certificate.pem"] = value
+        elif key == "ssl.keystore.key":
+            out["ssl.key.pem"] = value
+        elif key == "ssl.endpoint.identification.algorithm" and not value.strip():
+            out[key] = "none"
+        else:
+            out[key] = value
+    return out
+
+
+def load_client_config(path: str | Path) -> dict[str, str]:
+    """The librdkafka settings of the properties file at ``path``; a :class:`ConfigError`
+    naming the file when it cannot be read, and the key when one cannot be translated. The
+    file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(_FIELD, f"no such file: {p} (--client-config / ${ENV_VAR})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError(_FIELD, f"cannot read {p}: {why}") from None
+    try:
+        settings = to_librdkafka(parse_properties(text))
+    except ConfigError as exc:
+        raise ConfigError(
+            _FIELD, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(parse_properties(text)))}"
+        ) from None
+    secrets.remember(settings)
+    return settings
+
+
+# -- the settings of the command running now ------------------------------------------------------
+
+
+def active() -> dict[str, Any]:
+    """The client settings of the command running now (empty outside :func:`using`)."""
+    return dict(_active.get() or {})
+
+
+@contextmanager
+def using(settings: Mapping[str, Any]) -> Iterator[None]:
+    """Make ``settings`` the ones :func:`active` returns while the block runs: the command lines
+    give every client they build the ``--client-config`` file's settings this way."""
+    token = _active.set(dict(settings))
+    try:
+        yield
+    finally:
+        _active.reset(token)

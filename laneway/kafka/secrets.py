@@ -1,0 +1,80 @@
+"""Secrets in client settings: which keys hold one, a copy of the settings safe to print, and a
+scrub for text that might carry a secret's value (a log line, an error message).
+
+    print(redact(settings))            # {"sasl.password": "[redacted]", ...}
+    remember(settings)                 # the values laneway.kafka.logs scrubs from log lines
+    scrub("... hunter2 ...")           # "... [redacted] ..."
+
+A key holds a secret when its name contains ``password``, ``secret``, ``token``, ``jaas`` or
+``credential``, or names a private key given inline (``ssl.key.pem``, ``ssl.keystore.key``),
+with or without Spark's ``kafka.`` prefix. Callables (``error_cb``, ``oauth_cb``) are kept.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+__all__ = ["REDACTED", "is_secret_key", "redact", "remember", "scrub", "secret_values"]
+
+REDACTED: Final = "[redacted]"
+
+_SECRET_KEY = re.compile(
+    r"password|secret|token|jaas|credential|(^|\.)ssl\.key\.pem$|(^|\.)ssl\.keystore\.key$"
+    r"|(^|\.)sasl\.oauthbearer\.config$",
+    re.IGNORECASE,
+)
+#: ``password="..."`` and ``clientSecret="..."`` inside a JAAS line
+_JAAS_VALUE = re.compile(r'(?i)(password|secret)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+_known: set[str] = set()
+_lock = threading.Lock()
+
+
+def is_secret_key(key: str) -> bool:
+    """True when ``key`` names a setting whose value must never be printed."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``settings`` with every secret value replaced by ``[redacted]``."""
+    return {
+        k: (REDACTED if is_secret_key(k) and isinstance(v, str | bytes) and v else v)
+        for k, v in settings.items()
+    }
+
+
+def secret_values(settings: Mapping[str, Any]) -> set[str]:
+    """The secret strings in ``settings``: the values of secret keys, and the passwords and
+    client secrets inside a JAAS line (at least 4 characters: shorter ones would scrub
+    ordinary words)."""
+    out: set[str] = set()
+    for key, value in settings.items():
+        if not is_secret_key(key) or not isinstance(value, str):
+            continue
+        out.add(value)
+        out.update(m.group(2) for m in _JAAS_VALUE.finditer(value))
+    return {v for v in out if len(v) >= 4}
+
+
+def remember(settings: Mapping[str, Any]) -> None:
+    """Note the secrets of ``settings`` for :func:`scrub` (process-wide: log lines of every
+    client are scrubbed of every secret the process was given)."""
+    values = secret_values(settings)
+    if values:
+        with _lock:
+            _known.update(values)
+
+
+def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with each of ``secrets`` (default: those :func:`remember` noted) replaced by
+    ``[redacted]``, longest first."""
+    if secrets is None:
+        with _lock:
+            secrets = tuple(_known)
+    for value in sorted(secrets, key=len, reverse=True):
+        if value and value in text:
+            text = text.replace(value, REDACTED)
+    return text

@@ -1,0 +1,258 @@
+"""laneway.kafka.client_config: the properties format, Java keys into librdkafka's and back into
+Spark's ``kafka.`` options, and the one-line errors for files it cannot use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from laneway.errors import ConfigError
+from laneway.kafka import client_config as cc
+from laneway.kafka import secrets
+from laneway.kafka.java_config import spark_options
+
+SCRAM_JAAS = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="app" password="s3cr\\"et-pw";'
+)
+
+
+def test_the_properties_format() -> None:
+    text = "\n".join(
+        [
+            "# a comment",
+            "! another",
+            "   ",
+            "security.protocol=SASL_SSL",
+            "sasl.mechanism : SCRAM-SHA-512",
+            "client.id laneway-ops",
+            "  bootstrap.servers = a:9092,\\",
+            "      b:9092",
+            r"key\=with\:seps=v\tx\u0041",
+            "empty=",
+            r"path=C:\\certs\\ca.pem",
+        ]
+    )
+    assert cc.parse_properties(text) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "client.id": "laneway-ops",
+        "bootstrap.servers": "a:9092,b:9092",
+        "key=with:seps": "v\txA",
+        "empty": "",
+        "path": r"C:\certs\ca.pem",
+    }
+
+
+def test_librdkafka_keys_pass_as_they_are() -> None:
+    props = {
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "ssl.ca.location": "/ca",
+    }
+    assert cc.to_librdkafka(props) == props
+
+
+def test_java_keys_are_translated() -> None:
+    got = cc.to_librdkafka(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": SCRAM_JAAS,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": "/etc/kafka/ca.pem",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": "/etc/kafka/client.pem",
+            "ssl.key.password": "kpw",
+            "ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    assert got == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "app",
+        "sasl.password": 's3cr"et-pw',
+        "ssl.ca.location": "/etc/kafka/ca.pem",
+        "ssl.certificate.location": "/etc/kafka/client.pem",
+        "ssl.key.location": "/etc/kafka/client.pem",
+        "ssl.key.password": "kpw",
+        "ssl.endpoint.identification.algorithm": "none",
+    }
+
+
+def test_plain_and_oauth_login_modules() -> None:
+    plain = (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="KEY" password="SECRET";'
+    )
+    assert cc.to_librdkafka({"sasl.jaas.config": plain}) == {
+        "sasl.username": "KEY",
+        "sasl.password": "SECRET",
+    }
+    oauth = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'clientId="cid" clientSecret="csecret" scope="kafka";'
+    )
+    assert cc.to_librdkafka({"sasl.jaas.config": oauth}) == {
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "cid",
+        "sasl.oauthbearer.client.secret": "csecret",
+        "sasl.oauthbearer.scope": "kafka",
+    }
+
+
+@pytest.mark.parametrize(
+    ("props", "names"),
+    [
+        ({"ssl.truststore.location": "/x.jks"}, ("ssl.truststore.location", "JKS", "ssl.ca.location")),
+        (
+            {"ssl.truststore.location": "/x.jks", "ssl.truststore.type": "JKS"},
+            ("ssl.truststore.location", "JKS", "PEM"),
+        ),
+        ({"ssl.keystore.location": "/k.jks"}, ("ssl.keystore.location", "JKS", "ssl.certificate.location")),
+        ({"sasl.login.callback.handler.class": "com.X"}, ("sasl.login.callback.handler.class", "Java")),
+        ({"value.deserializer": "org.X"}, ("value.deserializer", "remove it")),
+        (
+            {"sasl.jaas.config": "software.amazon.msk.auth.iam.IAMLoginModule required;"},
+            ("IAMLoginModule", "OAUTHBEARER"),
+        ),
+        ({"sasl.jaas.config": "com.example.Krb5LoginModule required;"}, ("Krb5LoginModule", "sasl.username")),
+    ],
+)
+def test_java_only_keys_fail_naming_the_key_and_what_to_use(
+    props: dict[str, str], names: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        cc.to_librdkafka(props)
+    assert info.value.field == "client_config"
+    for name in names:
+        assert name in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_pkcs12_keystore_passes() -> None:
+    props = {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/k.p12", "ssl.keystore.password": "pw"}
+    assert cc.to_librdkafka(props) == {"ssl.keystore.location": "/k.p12", "ssl.keystore.password": "pw"}
+
+
+def test_load_reads_a_file_and_remembers_its_secrets(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    jaas = SCRAM_JAAS.replace('s3cr\\"et-pw', "file-pw-123")
+    f.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={jaas}\n")
+    got = cc.load_client_config(f)
+    assert (got["sasl.username"], got["sasl.password"]) == ("app", "file-pw-123")
+    assert secrets.scrub("pw was file-pw-123.") == "pw was [redacted]."
+
+
+def test_load_errors_are_one_line_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"client_config: no such file: .*missing.properties"):
+        cc.load_client_config(tmp_path / "missing.properties")
+    bad = tmp_path / "bad.properties"
+    bad.write_text("sasl.password=hunter22\nssl.truststore.location=/t.jks\n")
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(bad)
+    assert str(bad) in str(info.value) and "ssl.truststore.location" in str(info.value)
+    assert "hunter22" not in str(info.value)
+    if os.geteuid() != 0:  # root reads every file
+        unreadable = tmp_path / "secret.properties"
+        unreadable.write_text("a=b\n")
+        unreadable.chmod(0)
+        with pytest.raises(ConfigError, match=r"cannot read .*secret.properties: Permission denied"):
+            cc.load_client_config(unreadable)
+    directory = tmp_path / "dir.properties"
+    directory.mkdir()
+    with pytest.raises(ConfigError, match=r"cannot read .*dir.properties"):
+        cc.load_client_config(directory)
+
+
+def test_spark_options_scram() -> None:
+    opts = spark_options(
+        {
+            "bootstrap.servers": "b:9093",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "app",
+            "sasl.password": 'p"w',
+            "ssl.ca.location": "/ca.pem",
+            "linger.ms": "5",
+        }
+    )
+    assert opts == {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="p\\"w";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/ca.pem",
+    }
+
+
+def test_spark_options_plain_mtls_and_round_trip() -> None:
+    settings = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "KEY",
+        "sasl.password": "SECRET",
+    }
+    opts = spark_options(settings)
+    assert opts["kafka.sasl.jaas.config"].startswith(
+        "org.apache.kafka.common.security.plain.PlainLoginModule"
+    )
+    # the Java form read back gives the same librdkafka settings
+    java = {k.removeprefix("kafka."): v for k, v in opts.items()}
+    assert cc.to_librdkafka(java) == settings
+    mtls = spark_options(
+        {"security.protocol": "SSL", "ssl.certificate.location": "/c.pem", "ssl.key.location": "/c.pem"}
+    )
+    assert mtls == {
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.location": "/c.pem",
+    }
+    with pytest.raises(ConfigError, match="one PEM file"):
+        spark_options({"ssl.certificate.location": "/c.crt", "ssl.key.location": "/c.key"})
+    with pytest.raises(ConfigError, match=r"ssl\.engine\.location: Spark's Kafka client has no such setting"):
+        spark_options({"ssl.engine.location": "/x"})
+
+
+def test_using_scopes_the_active_settings() -> None:
+    assert cc.active() == {}
+    with cc.using({"client.id": "x"}):
+        assert cc.active() == {"client.id": "x"}
+    assert cc.active() == {}
+
+
+def test_the_command_settings_reach_the_tools_clients() -> None:
+    from laneway.kafka import admin as ka
+    from laneway.kafka.producer import Producer
+
+    with cc.using({"security.protocol": "SSL", "client.id": "ops"}):
+        conf = ka.client_config("h:1", **{"group.id": "g"})
+        assert (conf["security.protocol"], conf["client.id"], conf["group.id"]) == ("SSL", "ops", "g")
+        producer = Producer("h:1")
+        try:
+            assert producer.config["security.protocol"] == "SSL"
+        finally:
+            producer.close()
+    assert "security.protocol" not in ka.client_config("h:1")
+
+
+@pytest.mark.parametrize(
+    "command", [["topics", "list"], ["lag", "g"], ["catalog", "generate"], ["run", "m:app"]]
+)
+def test_a_missing_file_is_one_line_and_exit_2(command: list[str], tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from laneway.ops import catalog_cli, kafka_cli, run_cli
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    for module in (run_cli, kafka_cli, catalog_cli):
+        module.register(app)
+    missing = tmp_path / "nope.properties"
+    result = CliRunner().invoke(app, [*command, "--client-config", str(missing)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: client_config: no such file: {missing} (--client-config / $LANEWAY_CLIENT_CONFIG)"
+    ]

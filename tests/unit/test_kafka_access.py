@@ -1,0 +1,192 @@
+"""laneway.kafka.access: librdkafka's refusals as one line naming the cause and the setting.
+
+The texts are librdkafka's own (2.x), as its error callback and its requests give them."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from laneway.errors import ConfigError, LanewayError
+from laneway.kafka.access import (
+    ErrorWatch,
+    KafkaAccessDenied,
+    KafkaAccessError,
+    KafkaAuthError,
+    classify,
+    raise_if_denied,
+)
+
+SETTINGS = {
+    "bootstrap.servers": "kafka-1:9093",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "app",
+    "sasl.password": "hunter2-secret",
+}
+
+CASES = [
+    (
+        KafkaError._AUTHENTICATION,
+        "sasl_ssl://kafka-1:9093/bootstrap: SASL authentication error: Authentication failed during "
+        "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 (after 3ms in state "
+        "AUTH_REQ)",
+        KafkaAuthError,
+        "sasl.password",
+        "authentication failed for user 'app' at kafka-1:9093 (SASL authentication error: Authentication "
+        "failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512): check "
+        "sasl.username and sasl.password (or the user exists on the cluster)",
+    ),
+    (
+        KafkaError._SSL,
+        "ssl://kafka-1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate "
+        "verify failed: broker certificate could not be verified, verify that ssl.ca.location is correctly "
+        "configured or root CA certificates are installed (after 8ms in state SSL_HANDSHAKE)",
+        KafkaAuthError,
+        "ssl.ca.location",
+        "the broker's certificate at kafka-1:9093 is not trusted",
+    ),
+    (
+        KafkaError._TRANSPORT,
+        "sasl_ssl://127.0.0.1:44771/bootstrap: SSL handshake failed: Disconnected: SSL connection closed "
+        "by peer: connecting to a PLAINTEXT broker listener? (after 17ms in state SSL_HANDSHAKE)",
+        KafkaAuthError,
+        "security.protocol",
+        "the listener at 127.0.0.1:44771 does not speak TLS, but security.protocol is SASL_SSL",
+    ),
+    (
+        KafkaError._AUTHENTICATION,
+        "sasl_plaintext://127.0.0.1:44771/bootstrap: SASL SCRAM-SHA-512 mechanism handshake failed: "
+        "Broker: Request not valid in current SASL state: broker's supported mechanisms:  (after 1ms in "
+        "state AUTH_HANDSHAKE)",
+        KafkaAuthError,
+        "sasl.mechanism",
+        "the listener at 127.0.0.1:44771 does not offer SASL SCRAM-SHA-512 (it offers: none)",
+    ),
+    (
+        KafkaError._TRANSPORT,
+        "kafka-1:9093/bootstrap: Disconnected while requesting ApiVersion: might be caused by incorrect "
+        "security.protocol configuration (connecting to a SSL listener?) or broker version is < 0.10",
+        KafkaAuthError,
+        "security.protocol",
+        "closed the connection at its first request",
+    ),
+    (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "Broker: Topic authorization failed",
+        KafkaAccessDenied,
+        "sasl.username",
+        "access denied: the cluster's ACLs do not let user 'app' use this topic (TOPIC_AUTHORIZATION_FAILED)",
+    ),
+    (
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        "Broker: Group authorization failed",
+        KafkaAccessDenied,
+        "sasl.username",
+        "(GROUP_AUTHORIZATION_FAILED)",
+    ),
+    (
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        "Broker: Cluster authorization failed",
+        KafkaAccessDenied,
+        "sasl.username",
+        "use this cluster (CLUSTER_AUTHORIZATION_FAILED)",
+    ),
+    (
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        "Broker: Transactional Id authorization failed",
+        KafkaAccessDenied,
+        "sasl.username",
+        "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "cls", "field", "says"), CASES)
+def test_each_refusal_is_one_line_naming_the_setting(
+    code: int, text: str, cls: type[KafkaAccessError], field: str, says: str
+) -> None:
+    found = classify(KafkaError(code, text), SETTINGS)
+    assert type(found) is cls
+    assert found.field == field
+    assert says in str(found)
+    assert field in str(found)  # the line names the setting to fix
+    assert "\n" not in str(found) and "hunter2-secret" not in str(found)
+    assert found.code == KafkaError(code).name()
+    assert isinstance(found, ConfigError) and isinstance(found, LanewayError)
+
+
+def test_other_errors_are_not_refusals() -> None:
+    for code, text in [
+        (KafkaError._TRANSPORT, "kafka-1:9093/1: Connect to ipv4#10.0.0.1:9093 failed: Connection refused"),
+        (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, "Broker: Unknown topic or partition"),
+        (KafkaError.NOT_COORDINATOR, "Broker: Not coordinator"),
+    ]:
+        assert classify(KafkaError(code, text), SETTINGS) is None
+        raise_if_denied(KafkaError(code, text), SETTINGS)  # nothing raised
+
+
+def test_an_acl_denial_says_what_was_asked() -> None:
+    err = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+    with pytest.raises(KafkaAccessDenied) as info:
+        raise_if_denied(err, SETTINGS, doing="read topic 'orders'")
+    assert "do not let user 'app' read topic 'orders'" in str(info.value)
+
+
+def test_a_running_client_stops_on_a_denial_not_on_a_dropped_connection() -> None:
+    """A broker that restarts drops connections in ways the first-connection guesses read as a
+    wrong protocol: a running client does not stop on those."""
+    dropped = KafkaError(
+        KafkaError._TRANSPORT,
+        "kafka-1:9093/1: Disconnected while requesting ApiVersion: might be caused by incorrect "
+        "security.protocol configuration (connecting to a SSL listener?) or broker version is < 0.10",
+    )
+    assert classify(dropped, SETTINGS) is not None
+    raise_if_denied(dropped, SETTINGS)  # nothing raised
+    with pytest.raises(KafkaAuthError):
+        raise_if_denied(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: x"), SETTINGS)
+
+
+def test_the_watch_keeps_the_first_refusal() -> None:
+    watch = ErrorWatch(SETTINGS)
+    watch.check()
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    watch.check()
+    watch(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: first"))
+    watch(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "second"))
+    with pytest.raises(KafkaAuthError, match="first"):
+        watch.check()
+
+
+def test_a_secret_in_librdkafka_text_is_scrubbed() -> None:
+    err = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad password hunter2-secret")
+    found = classify(err, SETTINGS)
+    assert found is not None and "hunter2-secret" not in str(found) and "[redacted]" in str(found)
+
+
+def test_a_revoked_grant_while_running_stops_the_consumer_loop() -> None:
+    """The source's poll errors and the committer's commit results: an ACL denial raises (the
+    loop ends, the app halts with it); other errors are logged as before."""
+    from laneway.engine.policies import Backpressure
+    from laneway.kafka.hooks import SourceMetrics
+    from laneway.kafka.source import KafkaSource
+
+    src = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "sasl.username": "app"},
+        ["t"],
+        None,  # type: ignore[arg-type]  # the loop never runs
+        backpressure=Backpressure(),
+        metrics=SourceMetrics(),
+    )
+    try:
+        src._on_error(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9 failed"))
+        with pytest.raises(KafkaAccessDenied, match=r"user 'app'.*TOPIC_AUTHORIZATION_FAILED"):
+            src._on_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Subscribed topic not available"))
+        src._committer.on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT, "timed out"), [])
+        with pytest.raises(
+            KafkaAccessDenied, match=r"commit the group's offsets.*GROUP_AUTHORIZATION_FAILED"
+        ):
+            src._committer.on_commit(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
+    finally:
+        src._consumer.close()

@@ -23,8 +23,6 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from laneway.engine.handlers import HandlerFn, HandlerSpec
@@ -40,10 +38,10 @@ from laneway.engine.policies import (
 )
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
-from laneway.kafka import access, secrets
-from laneway.kafka.access import ErrorWatch
+from laneway.kafka import secrets
 from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
+from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
@@ -245,51 +243,19 @@ class App:
         }
 
     def check(self) -> None:
-        """Fail fast, naming the field: no handlers, no broker, missing topics."""
+        """Fail fast, naming the field: no handlers, no broker, refused access, missing topics
+        (:func:`laneway.kafka.preflight.preflight`)."""
         if not self.handlers:
             raise ConfigError("handlers", "register at least one handler before running the app")
-        quiet = logging.getLogger("laneway.app.check")
-        quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
-        field = "kafka_config"
-        watch = ErrorWatch(self._client_config())  # a refused login or certificate: seconds, not a hang
-        try:
-            conf: dict[str, Any] = {**self._client_config(), "socket.connection.setup.timeout.ms": 3000}
-            conf["error_cb"] = watch
-            admin = AdminClient(conf, logger=quiet)
-            # librdkafka validates consumer and producer properties only when such a client is built
-            probe = {**self._client_config(), "group.id": self.settings.group_id}
-            Consumer(probe, logger=quiet).close()
-            field = "producer_config"
-            Producer(self._producer_config(), logger=quiet)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            text = err.str() if hasattr(err, "str") else str(err)
-            raise ConfigError(field, secrets.scrub(text)) from None
-        try:
-            md = access.probe(admin, watch, self.settings.timeouts.startup)
-        except KafkaException as exc:
-            raise ConfigError(
-                "bootstrap_servers",
-                f"no broker answered at {self.settings.bootstrap_servers} within "
-                f"{self.settings.timeouts.startup:.0f}s ({exc.args[0] if exc.args else exc})",
-            ) from None
-        wanted = {
-            **{spec.topic: "read" for spec in self.handlers.values()},
-            **{h.dlq_topic: "write to" for h in self.handlers.values() if h.on_failure == "dead_letter"},
-        }
-        access.check_access(admin, md, wanted, self._client_config(), self.settings.timeouts.startup)
-        for spec in self.handlers.values():
-            if spec.topic not in md.topics:
-                raise ConfigError(
-                    "topic",
-                    f"topic {spec.topic!r} does not exist (create it: laneway topics create {spec.topic})",
-                )
-            if spec.on_failure == "dead_letter" and spec.dlq_topic not in md.topics:
-                raise ConfigError(
-                    "dead_letter_topic",
-                    f"dead-letter topic {spec.dlq_topic!r} for {spec.topic!r} does not exist "
-                    f"(create it: laneway topics create {spec.dlq_topic}; or set on_failure='halt')",
-                )
+        s = self.settings
+        preflight(
+            self._client_config(),
+            self._producer_config(),
+            group_id=s.group_id,
+            bootstrap=s.bootstrap_servers,
+            timeout=s.timeouts.startup,
+            handlers=list(self.handlers.values()),
+        )
 
     def start(self) -> App:
         """Check the configuration, then start the workers, consumers and the HTTP endpoint."""

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from laneway.kafka.logs import librdkafka_logger
 
-__all__ = ["GroupProgress", "end_offsets"]
+__all__ = ["GroupProgress", "end_offsets", "latest_offsets"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +26,20 @@ logger = logging.getLogger(__name__)
 def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
     """The end offsets per partition of ``topic`` in a streaming query's progress report (the
     next offset to read, as Kafka commits it), or None when it has none."""
+    return _offsets(progress, topic, "endOffset")
+
+
+def latest_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
+    """The partitions' end offsets on the broker as Spark saw them when it planned the batch of
+    ``progress`` (its ``latestOffset``), or None when the report has none."""
+    return _offsets(progress, topic, "latestOffset")
+
+
+def _offsets(progress: Mapping[str, Any] | None, topic: str, field: str) -> dict[int, int] | None:
     if not progress:
         return None
     for source in progress.get("sources") or []:
-        end = source.get("endOffset")
+        end = source.get(field)
         if isinstance(end, str):
             try:
                 end = json.loads(end)

@@ -9,6 +9,7 @@ back, and a failed commit is logged, never fatal.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 from collections.abc import Mapping
@@ -41,13 +42,23 @@ def _offsets(progress: Mapping[str, Any] | None, topic: str, field: str) -> dict
     for source in progress.get("sources") or []:
         end = source.get(field)
         if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                continue
+            end = _parse_offsets(end)
         if isinstance(end, Mapping) and isinstance(end.get(topic), Mapping):
             return {int(p): int(o) for p, o in end[topic].items()}
     return None
+
+
+def _parse_offsets(text: str) -> Any:
+    """An offsets field as pyspark gives it: JSON, or (pyspark 4.1, whose ``SourceProgress``
+    holds ``str()`` of the parsed JSON) a Python literal; None when it is neither."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 class GroupProgress:

@@ -37,7 +37,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 SPARK_VERSION = "4.0.0"
 DELTA_VERSION = "4.0.0"
 

@@ -79,6 +79,12 @@ def run(
     ] = False,
     master: Master = "local[*]",
     conf: Conf = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve /metrics and /healthz on this port (0: any free one)")
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="the address they listen on (0.0.0.0: all)")
+    ] = "127.0.0.1",
     log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
 ) -> None:
     """Run the pipeline; with a processing-time trigger it runs until interrupted.
@@ -123,13 +129,25 @@ def run(
             )
     except ka.AdminError as exc:
         raise _fail(str(exc)) from exc
+    from laneway.spark.metrics import serve_metrics
+
+    metrics, server = None, None
+    if metrics_port is not None:
+        try:
+            metrics, server = serve_metrics(metrics_port, metrics_host)
+        except OSError as exc:
+            raise _fail(f"--metrics-port {metrics_port}: {exc}") from exc
+        logging.getLogger(__name__).info("metrics on http://%s:%d/metrics", metrics_host, server.port)
     try:
-        result = run_pipeline(settings)
+        result = run_pipeline(settings, metrics=metrics)
     except KeyboardInterrupt:
         typer.secho("interrupted", err=True)
         raise typer.Exit(130) from None
     except PipelineError as exc:
         raise _fail(str(exc)) from exc
+    finally:
+        if server is not None:
+            server.stop()
 
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}s"

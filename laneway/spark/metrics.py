@@ -15,17 +15,27 @@ Prometheus metrics (``PipelineMetrics``; by default in ``prometheus_client.REGIS
 * ``laneway_pipeline_batch_freshness_p99_seconds`` (histogram): each batch's p99 freshness.
 * ``laneway_pipeline_batch_duration_seconds`` (histogram): wall time of a batch, from its start
   (parse, persist, the stats read) to its last commit; periodic ``OPTIMIZE`` not included.
+* ``laneway_pipeline_end_offset{topic,partition}`` (gauge): the next offset the pipeline reads in
+  each partition, after the last batch Spark reported.
+* ``laneway_pipeline_lag{topic,partition}`` (gauge): records between that end offset and the
+  partition's end as Spark last saw it (when it planned its last batch).
+
+``laneway pipeline run --metrics-port N`` serves them on ``/metrics`` (with ``/healthz``), the
+same HTTP endpoint as ``laneway run`` (:class:`laneway.monitor.metrics.HealthServer`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["BatchReport", "PipelineMetrics", "PipelineResult"]
+from laneway.monitor.metrics import HealthServer
+
+__all__ = ["BatchReport", "PipelineMetrics", "PipelineResult", "serve_metrics"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class PipelineMetrics:
     freshness: Gauge
     batch_freshness_p99: Histogram
     batch_duration: Histogram
+    end_offset: Gauge
+    lag: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> PipelineMetrics:
@@ -88,7 +100,35 @@ class PipelineMetrics:
                 buckets=buckets,
                 registry=reg,
             ),
+            end_offset=Gauge(
+                "laneway_pipeline_end_offset",
+                "Next offset the pipeline reads, after its last reported batch",
+                ["topic", "partition"],
+                registry=reg,
+            ),
+            lag=Gauge(
+                "laneway_pipeline_lag",
+                "Records between the end offset and the partition's end when Spark last looked",
+                ["topic", "partition"],
+                registry=reg,
+            ),
         )
+
+    def observe_offsets(self, topic: str, end: Mapping[int, int], latest: Mapping[int, int] | None) -> None:
+        """Set the per-partition gauges from a progress report's end and latest offsets."""
+        for partition, offset in end.items():
+            self.end_offset.labels(topic=topic, partition=str(partition)).set(offset)
+            if latest is not None and partition in latest:
+                lag = max(0, latest[partition] - offset)
+                self.lag.labels(topic=topic, partition=str(partition)).set(lag)
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1") -> tuple[PipelineMetrics, HealthServer]:
+    """Metrics in a registry of their own, served on ``/metrics`` at ``host:port`` (0: any free
+    port; ``server.port`` tells which). Raises OSError when the port is taken."""
+    registry = CollectorRegistry()
+    metrics = PipelineMetrics.create(registry)
+    return metrics, HealthServer(registry, lambda: None, port, host=host).start()
 
 
 @functools.cache

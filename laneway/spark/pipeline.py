@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from laneway.errors import LanewayError
 from laneway.spark.batch import _BatchWriter
 from laneway.spark.metrics import PipelineMetrics, PipelineResult, _default_metrics
-from laneway.spark.progress import GroupProgress, end_offsets
+from laneway.spark.progress import GroupProgress, end_offsets, latest_offsets
 from laneway.spark.session import SessionSettings, build_session
 from laneway.spark.settings import (
     _CHECKPOINT_FILE_MANAGER,
@@ -183,7 +183,8 @@ def run_pipeline(
             SessionSettings(master=settings.master, app_name="laneway-pipeline", conf=settings.spark_conf)
         )
     )
-    writer = _BatchWriter(settings, metrics if metrics is not None else _default_metrics())
+    sink = metrics if metrics is not None else _default_metrics()
+    writer = _BatchWriter(settings, sink)
     try:
         # a table with deletion vectors enabled before gets the per-batch choice too: without it,
         # Delta would write them in every MERGE, large batches included
@@ -204,9 +205,11 @@ def run_pipeline(
         )
 
         def report_progress() -> None:
-            if progress is not None:
-                offsets = end_offsets(query.lastProgress, settings.topic)
-                if offsets:
+            last = query.lastProgress
+            offsets = end_offsets(last, settings.topic)
+            if offsets:
+                sink.observe_offsets(settings.topic, offsets, latest_offsets(last, settings.topic))
+                if progress is not None:
                     progress.commit(offsets)
 
         with _StopSignals() as signals:

@@ -9,6 +9,7 @@ back, and a failed commit is logged, never fatal.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from laneway.kafka.logs import librdkafka_logger
 
-__all__ = ["GroupProgress", "end_offsets"]
+__all__ = ["GroupProgress", "end_offsets", "latest_offsets"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +27,38 @@ logger = logging.getLogger(__name__)
 def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
     """The end offsets per partition of ``topic`` in a streaming query's progress report (the
     next offset to read, as Kafka commits it), or None when it has none."""
+    return _offsets(progress, topic, "endOffset")
+
+
+def latest_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
+    """The partitions' end offsets on the broker as Spark saw them when it planned the batch of
+    ``progress`` (its ``latestOffset``), or None when the report has none."""
+    return _offsets(progress, topic, "latestOffset")
+
+
+def _offsets(progress: Mapping[str, Any] | None, topic: str, field: str) -> dict[int, int] | None:
     if not progress:
         return None
     for source in progress.get("sources") or []:
-        end = source.get("endOffset")
+        end = source.get(field)
         if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                continue
+            end = _parse_offsets(end)
         if isinstance(end, Mapping) and isinstance(end.get(topic), Mapping):
             return {int(p): int(o) for p, o in end[topic].items()}
     return None
+
+
+def _parse_offsets(text: str) -> Any:
+    """An offsets field as pyspark gives it: JSON, or (pyspark 4.1, whose ``SourceProgress``
+    holds ``str()`` of the parsed JSON) a Python literal; None when it is neither."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 class GroupProgress:

@@ -72,6 +72,13 @@ def test_backfill_lands_the_final_state(spark: Any, landed: Landed) -> None:
     assert sample("laneway_pipeline_batch_freshness_p99_seconds_count") == sum(
         1 for b in result.batches if b.freshness_p99_s is not None
     )
+    # the end offset of each partition is all it holds (valid and malformed), with no lag left
+    topic = landed.topic.topic
+    ends = [sample("laneway_pipeline_end_offset", {"topic": topic, "partition": str(p)}) for p in range(3)]
+    assert sum(e or 0 for e in ends) == len(records) + len(MALFORMED) and all(ends)
+    assert [sample("laneway_pipeline_lag", {"topic": topic, "partition": str(p)}) for p in range(3)] == [
+        0
+    ] * 3
 
 
 def test_malformed_records_are_quarantined(spark: Any, landed: Landed) -> None:

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
 
 from laneway.kafka.groups import group_lag
+from laneway.spark.metrics import PipelineMetrics
 from laneway.spark.pipeline import run_pipeline
-from laneway.spark.progress import end_offsets
+from laneway.spark.progress import end_offsets, latest_offsets
 from tests.spark.conftest import delete_topic, new_topic, settings_under
 from tests.spark.entities import catalog_stream, produce
 
@@ -52,3 +54,21 @@ def test_end_offsets_are_read_from_a_progress_report() -> None:
     assert end_offsets(report, "other") is None
     assert end_offsets(None, "t") is None
     assert end_offsets({"sources": [{"endOffset": "not json"}]}, "t") is None
+    # pyspark 4.1's SourceProgress holds str() of the parsed JSON: a Python literal
+    assert end_offsets({"sources": [{"endOffset": str({"t": {"0": 12, "1": 7}})}]}, "t") == {0: 12, 1: 7}
+
+
+def test_offsets_and_lag_per_partition_go_to_the_metrics() -> None:
+    report = {"sources": [{"endOffset": {"t": {"0": 12, "1": 7}}, "latestOffset": {"t": {"0": 15, "1": 7}}}]}
+    assert latest_offsets(report, "t") == {0: 15, 1: 7}
+    registry = CollectorRegistry()
+    metrics = PipelineMetrics.create(registry)
+    end = end_offsets(report, "t")
+    assert end is not None
+    metrics.observe_offsets("t", end, latest_offsets(report, "t"))
+    sample = registry.get_sample_value
+    assert [sample("laneway_pipeline_end_offset", {"topic": "t", "partition": p}) for p in "01"] == [12, 7]
+    assert [sample("laneway_pipeline_lag", {"topic": "t", "partition": p}) for p in "01"] == [3, 0]
+    metrics.observe_offsets("t", {0: 20}, None)  # no latest offsets: the lag stays as it was
+    assert sample("laneway_pipeline_end_offset", {"topic": "t", "partition": "0"}) == 20
+    assert sample("laneway_pipeline_lag", {"topic": "t", "partition": "0"}) == 3

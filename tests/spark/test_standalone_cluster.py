@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from laneway.jars import DELTA_VERSION, SPARK_VERSION
 from laneway.spark import schema
 from laneway.spark.cluster import StandaloneCluster
 from tests.spark.conftest import (
@@ -131,7 +132,8 @@ def test_pipeline_on_standalone_cluster(
     assert sorted(p.parent.parent.name for p in executors) == ["worker-0", "worker-1"]
     for folder in executors:
         fetched = {p.name for p in folder.glob("*.jar")}
-        assert {"delta-spark_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13-4.0.0.jar"} <= fetched, folder
+        wanted = {f"delta-spark_2.13-{DELTA_VERSION}.jar", f"spark-sql-kafka-0-10_2.13-{SPARK_VERSION}.jar"}
+        assert wanted <= fetched, folder
         assert "Running task" in (folder / "stderr").read_text(errors="replace"), folder
 
 

@@ -186,4 +186,7 @@ def intake(
             pause.append(p)
         else:
             headroom[p] = share - n
+    # one held back that ``held`` leaves out holds nothing to wait for: paused for a key that has
+    # cooled since, it would stay paused for good (its records never fetched)
+    resume += [p for p in held_back if p not in held and p not in hot]
     return Intake(pause, resume, headroom)

@@ -240,7 +240,7 @@ class KafkaSource(RebalanceCallbacks):
         held = {
             tp: n
             for tp, n in processor.held(self._assigned, owner=self).items()
-            if tp[0] in fair or tp in hot
+            if tp[0] in fair or tp in hot or tp in held_back  # a hot key's partition, cooled
         }
         turn = intake(
             bp,

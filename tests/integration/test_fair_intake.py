@@ -79,3 +79,39 @@ def test_backlogs_on_four_partitions_keep_four_partition_lanes_busy(
     assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == end_offsets(
         kafka_bootstrap, topic, PARTITIONS
     )
+
+
+def test_a_partition_paused_for_a_hot_key_resumes_once_the_key_cools(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """A key over the key cap pauses its partition; once the key's lane drained, the partition
+    came back only if another partition shared the cap with it: in key mode it stayed paused
+    for good, its later records never fetched (seen with `laneway top`: paused, lag 1,077,
+    nothing in memory). Counted: every record is handled, per partition."""
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    produced = [0, 0]
+    for i in range(4_000):
+        key = b"hot" if i % 2 == 0 else f"k{i % 200}".encode()
+        producer.produce(topic, key=key, value=b"x", partition=0 if key == b"hot" else 1)
+        produced[0 if key == b"hot" else 1] += 1
+    assert producer.flush(30) == 0
+    counts = [0, 0]
+    lock = threading.Lock()
+    app = App(
+        "hot-cools",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=16,
+        backpressure=Backpressure(max_key_share=0.02),  # a key over 200 events pauses its partition
+    )
+
+    @app.handler(topic, on_failure="halt")
+    def handle(ev: Event) -> None:
+        time.sleep(0.0005)
+        with lock:
+            counts[ev.partition] += 1
+
+    app.run_until(lambda: counts == produced, timeout=60)
+    assert counts == produced
+    assert committed(kafka_bootstrap, group_id, topic, 2) == end_offsets(kafka_bootstrap, topic, 2)

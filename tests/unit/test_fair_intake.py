@@ -49,6 +49,10 @@ def test_a_hot_key_pauses_its_partition_under_its_share_and_keeps_it_paused() ->
     assert turn.resume == []  # still hot: stays paused, however little the partition holds
     turn = intake(BP, share=2_500, held={0: 0, 1: 1_000}, held_back={0}, hot=set())
     assert turn.resume == [0]
+    # held back for a key that has cooled, and left out of ``held``: resumed, not paused for good
+    turn = intake(BP, share=2_500, held={1: 1_000}, held_back={0}, hot=set())
+    assert turn.resume == [0]
+    assert intake(BP, share=2_500, held={1: 1_000}, held_back={0}, hot={0}).resume == []
 
 
 def test_the_key_share_is_validated_and_gives_the_key_cap() -> None:

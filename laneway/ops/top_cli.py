@@ -45,17 +45,17 @@ def fetch(target: str, timeout: float = 3.0) -> Doc | None:
 
 
 def _totals(docs: list[Doc]) -> dict[str, Any]:
-    """Counters summed over the instances: consumed, retries, dead letters, the histogram."""
-    consumed = retries = letters = 0
+    """Counters summed over the instances: processed, retries, dead letters, the histogram."""
+    processed = retries = letters = 0
     buckets: dict[str, float] = {}
     for doc in docs:
-        consumed += doc["process"]["consumed"]
         for h in doc["handlers"]:
+            processed += h["processed"]
             retries += h["retries"]
             letters += sum(h["dead_letters"].values())
             for le, n in h["processing_seconds"]["buckets"]:
                 buckets[str(le)] = buckets.get(str(le), 0) + n
-    return {"consumed": consumed, "retries": retries, "letters": letters, "buckets": buckets}
+    return {"processed": processed, "retries": retries, "letters": letters, "buckets": buckets}
 
 
 def _hist(buckets: dict[str, float]) -> list[tuple[float, float]]:
@@ -85,7 +85,7 @@ def render(
     now, then = _totals(live), _totals([d for d in (before or []) if d is not None])
     span = max(elapsed, 1e-9)
     if before is not None:
-        rate = (now["consumed"] - then["consumed"]) / span
+        rate = (now["processed"] - then["processed"]) / span  # handled, not fetched
         retries = (now["retries"] - then["retries"]) / span
         letters = (now["letters"] - then["letters"]) / span
         window = {le: n - then["buckets"].get(le, 0) for le, n in now["buckets"].items()}

@@ -229,17 +229,19 @@ class App:
     # ------------------------------------------------------------------ lifecycle
 
     def _client_config(self) -> dict[str, Any]:
-        """The consumers' configuration (and the admin client's)."""
-        return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka_config}
+        """The consumers' configuration (and the admin client's): ``bootstrap_servers`` over a
+        ``bootstrap.servers`` in ``kafka_config`` or a client-config file, so the address an
+        error names is the one connected to."""
+        return {**self.settings.kafka_config, "bootstrap.servers": self.settings.bootstrap_servers}
 
     def _producer_config(self) -> dict[str, Any]:
         """The producers' configuration: the shared settings of ``kafka_config``, then
         ``producer_config`` (:func:`laneway.settings.shared_client_config`)."""
         s = self.settings
         return {
-            "bootstrap.servers": s.bootstrap_servers,
             **shared_client_config(s.kafka_config),
             **s.producer_config,
+            "bootstrap.servers": s.bootstrap_servers,
         }
 
     def check(self) -> None:

@@ -437,6 +437,7 @@ class AsyncPool:
                 ev, spec = item[1], item[0].spec
                 t0 = run.start()
                 err: BaseException | None = None
+                limit: asyncio.Timeout | None = None
                 try:
                     if spec.deserializer is not None and ev.attempt == 1:
                         ev.payload = deserialize(spec, ev)
@@ -445,7 +446,7 @@ class AsyncPool:
                     else:
                         # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
                         # another, whose KeyboardInterrupt/SystemExit escape the loop)
-                        async with asyncio.timeout(spec.timeout):
+                        async with asyncio.timeout(spec.timeout) as limit:
                             await spec.fn(ev)
                 except asyncio.CancelledError as exc:
                     task = asyncio.current_task()
@@ -453,9 +454,10 @@ class AsyncPool:
                         raise  # this worker is being cancelled
                     err = exc  # the handler's own CancelledError: a failure like any other
                 except TimeoutError as exc:
-                    engine.metrics.stuck(ev.topic)
-                    err = exc
-                    logger.warning("handler for %s timed out after %.2fs on %r", ev.topic, spec.timeout, ev)
+                    err = exc  # the handler's own (a socket's, a client's): a failure like any other
+                    if limit is not None and limit.expired():
+                        engine.metrics.stuck(ev.topic)
+                        logger.warning("handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev)
                 except BaseException as exc:
                     err = exc
                 run.end(item, t0, err)

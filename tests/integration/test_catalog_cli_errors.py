@@ -118,7 +118,7 @@ def test_pipeline_run_finds_the_recorded_broker(
 
     settings: list[pipeline.PipelineSettings] = []
 
-    def fake_run(s: pipeline.PipelineSettings) -> pipeline.PipelineResult:  # no Spark job
+    def fake_run(s: pipeline.PipelineSettings, **_: object) -> pipeline.PipelineResult:  # no Spark job
         settings.append(s)
         return pipeline.PipelineResult((), 0, 0, None, None)
 

@@ -70,9 +70,8 @@ def test_a_harmless_client_config_works_for_each_command(
     from laneway.spark import pipeline
 
     seen: list[pipeline.PipelineSettings] = []
-    monkeypatch.setattr(
-        pipeline, "run_pipeline", lambda s: seen.append(s) or pipeline.PipelineResult((), 0, 0, None, None)
-    )
+    done = pipeline.PipelineResult((), 0, 0, None, None)
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda s, **_: seen.append(s) or done)
     conf = nowhere / "client.properties"
     conf.write_text(f"# the test broker\nbootstrap.servers={kafka_bootstrap}\nclient.id=laneway-cc-test\n")
     args = [a.format(tmp=nowhere, **world) for a in COMMANDS[name]]
@@ -108,7 +107,7 @@ def test_sasl_ssl_at_a_plaintext_broker_fails_fast_with_one_line(
 ) -> None:
     from laneway.spark import pipeline
 
-    monkeypatch.setattr(pipeline, "run_pipeline", lambda s: pytest.fail("Spark must not start"))
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda s, **_: pytest.fail("Spark must not start"))
     conf = nowhere / "secured.properties"
     conf.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -248,3 +249,16 @@ def test_health_names_an_event_loop_an_async_handler_blocks() -> None:
     finally:
         release.set()
         proc.close()
+
+
+def test_the_apps_bootstrap_servers_win_over_one_in_its_client_settings(tmp_path: Path) -> None:
+    """A client-config file (Confluent Cloud's carries bootstrap.servers) or kafka_config must not
+    move the app to another cluster than the one its errors name."""
+    conf = tmp_path / "client.properties"
+    conf.write_text("bootstrap.servers=127.0.0.1:1\nclient.id=from-file\n")
+    app = App("x", bootstrap_servers="kafka-1:9093", client_config=str(conf))
+    assert app._client_config()["bootstrap.servers"] == "kafka-1:9093"
+    assert app._client_config()["client.id"] == "from-file"
+    assert app._producer_config()["bootstrap.servers"] == "kafka-1:9093"
+    other = App("y", bootstrap_servers="kafka-1:9093", kafka_config={"bootstrap.servers": "b:2"})
+    assert other._client_config()["bootstrap.servers"] == "kafka-1:9093"

@@ -315,3 +315,40 @@ def test_a_blocked_call_does_not_hold_back_its_chunk_mates_that_are_done(
     finally:
         release.set()
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: first + 41})
+
+
+def test_an_async_handlers_own_timeout_error_is_a_failure_not_a_stuck_call(
+    procs: list[Processor], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the handler's ``timeout`` expiring counts as stuck; a socket's or a client's
+    TimeoutError raised by the handler is a failure like any other (it was counted as stuck,
+    and without a ``timeout`` its log line failed to format)."""
+    from laneway.engine.metrics import NoopMetrics
+
+    class Counting(NoopMetrics):
+        def __init__(self) -> None:
+            self.stuck_calls = 0
+
+        def stuck(self, topic: str) -> None:
+            self.stuck_calls += 1
+
+    attempts: list[int] = []
+
+    async def handle(ev: Event) -> None:
+        attempts.append(ev.attempt)
+        if ev.attempt == 1:
+            raise TimeoutError("the client's own timeout")
+
+    for timeout in (None, 30.0):
+        metrics = Counting()
+        retry = Retry(max_attempts=2, initial_backoff=0)
+        spec = HandlerSpec(topic="t", fn=handle, timeout=timeout, retry=retry)
+        proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters(), metrics=metrics)
+        procs.append(proc)
+        proc.assign([TP0])
+        attempts.clear()
+        proc.submit(batch(0, 0, 3))
+        wait_for(lambda proc=proc: proc.final_positions([TP0]) == {TP0: 3})
+        assert sorted(attempts) == [1, 1, 1, 2, 2, 2]  # each failed once, then retried
+        assert metrics.stuck_calls == 0
+    assert not [r for r in caplog.records if "timed out" in r.getMessage()]

@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         """
         from laneway.app import App
 
+        if not isinstance(logging.getLevelName(log_level.upper()), int):
+            typer.secho(f"error: --log-level: unknown level {log_level!r}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2)
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         def stop_before_start(signum: int, frame: object) -> None:
@@ -82,7 +85,11 @@ def register(app: typer.Typer) -> None:
         if not isinstance(obj, App):
             typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
             raise typer.Exit(2)
-        obj.settings = obj.settings.serving_metrics(port=metrics_port, host=metrics_host)
+        try:
+            obj.settings = obj.settings.serving_metrics(port=metrics_port, host=metrics_host)
+        except LanewayError as exc:  # --metrics-port 99999
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
         if from_file := active():  # --client-config: over the app's own kafka_config
             secrets.remember(from_file)
             kafka_config = {**obj.settings.kafka_config, **from_file}

@@ -1,0 +1,32 @@
+"""`laneway run`'s bad options: one line and exit 2, before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from laneway.ops import cli
+from laneway.ops.cli import app
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--log-level", "bogus"], "--log-level: unknown level 'bogus'"),
+        (["--metrics-port", "99999"], "metrics_server.port: must be a port number"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: list[str], says: str
+) -> None:
+    (tmp_path / "someapp.py").write_text('from laneway import App\napp = App("x", bootstrap_servers="127.0.0.1:1")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", "someapp:app", *option])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0]

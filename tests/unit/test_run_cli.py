@@ -21,7 +21,8 @@ from laneway.ops.cli import app
 def test_a_bad_option_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: list[str], says: str
 ) -> None:
-    (tmp_path / "someapp.py").write_text('from laneway import App\napp = App("x", bootstrap_servers="127.0.0.1:1")\n')
+    source = 'from laneway import App\napp = App("x", bootstrap_servers="127.0.0.1:1")\n'
+    (tmp_path / "someapp.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     if not any(c.name == "run" for c in app.registered_commands):
         cli._register_subcommands()

@@ -102,6 +102,7 @@ class KafkaSource(RebalanceCallbacks):
         self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
+        self._group = conf.get("group.id")
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
@@ -414,7 +415,9 @@ class KafkaSource(RebalanceCallbacks):
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
-        raise_if_denied(err, self._access)  # a revoked grant or a removed user: stop, saying so
+        # a revoked grant or a removed user: stop, saying so (a denied group, naming it)
+        joining = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        raise_if_denied(err, self._access, doing=f"use group {self._group!r}" if joining else None)
         if err.fatal():
             raise KafkaException(err)
         logger.warning("consumer error: %s", err)

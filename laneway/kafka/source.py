@@ -42,7 +42,7 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.access import KafkaAccessError, raise_if_denied
+from laneway.kafka.access import KafkaAccessError, as_access_error, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -192,7 +192,9 @@ class KafkaSource(RebalanceCallbacks):
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:
+        except BaseException as caught:
+            # a refusal (a producer's fatal CLUSTER_AUTHORIZATION_FAILED) as the one-line error
+            exc = as_access_error(caught, self._access)
             self.error = exc
             (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
                 "consumer stopped: %s", exc

@@ -102,3 +102,25 @@ def test_an_app_in_a_denied_group_stops_with_access_denied(
     text = str(error)
     assert "\n" not in text and repr(group) in text, text
     assert all(p not in text for p in secure_broker.passwords.values())
+
+
+def test_an_app_run_as_the_reader_stops_with_access_denied(
+    secure_broker: SecureBroker, app_topic: AppTopicFactory
+) -> None:
+    """The reader may read and join ``reader-*`` groups but not write: the app's idempotent
+    producers (outputs, dead letters) are refused their producer id (CLUSTER_AUTHORIZATION_FAILED,
+    fatal). The run stops with the one-line error, no exception from a background thread."""
+    topic = app_topic(partitions=1)
+    app_topic(name=f"{topic}.dlq", partitions=1)
+    app = App(
+        "reader-app",
+        bootstrap_servers=secure_broker.bootstrap,
+        group_id=f"reader-{uuid.uuid4().hex[:6]}",
+        timeouts=Timeouts(startup=5, shutdown=1),
+        kafka_config=secure_broker.settings("reader"),
+    )
+    app.handler(topic)(lambda ev: None)
+    error = failure_within(app, wait=10)
+    assert isinstance(error, KafkaAccessDenied), repr(error)
+    assert error.field == "sasl.username" and "'reader'" in str(error), error
+    assert "\n" not in str(error)

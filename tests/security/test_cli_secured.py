@@ -231,6 +231,12 @@ FAILURES = {
     "untrusted CA: dlq show": ("untrusted_ca", ["dlq", "show", "{topic}"], "ssl.ca.location"),
     "denied topic: topics describe": ("app", ["topics", "describe", "{other}"], "sasl.username"),
     "denied topic: dlq show": ("app", ["dlq", "show", "{other}"], "sasl.username"),
+    # before Spark starts: a hidden topic is a denial, not a missing topic
+    "denied topic: pipeline run": (
+        "app",
+        ["pipeline", "run", "--topic", "{other}", "--warehouse", "{tmp}/warehouse"],
+        "sasl.username",
+    ),
     "denied topic: catalog generate": (
         "app",
         ["catalog", "generate", "--topic", "{other}", "--entities", "5", "--events", "5", "--no-progress"],
@@ -263,11 +269,11 @@ def two_topics(secure_admin: AdminClient) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.parametrize("name", list(FAILURES))
 def test_a_refusal_fails_the_command_with_one_line(
-    secure_broker: SecureBroker, two_topics: tuple[str, str], name: str
+    secure_broker: SecureBroker, two_topics: tuple[str, str], tmp_path: Path, name: str
 ) -> None:
     which, command, setting = FAILURES[name]
     topic, other = two_topics
-    args = [a.format(topic=topic, other=other, hex=uuid.uuid4().hex[:8]) for a in command]
+    args = [a.format(topic=topic, other=other, hex=uuid.uuid4().hex[:8], tmp=tmp_path) for a in command]
     ran = laneway(secure_broker, *args, config=_client_file(secure_broker, which))
     assert ran.code == 2, ran
     lines = ran.stderr.strip().splitlines()

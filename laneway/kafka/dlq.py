@@ -283,8 +283,11 @@ class KafkaDeadLetters:
             self._thread.join()
         if self._producer is not None:
             # the batching one first: a letter it had refused may go on to the lone one
-            self._producer.flush(self.timeout)
-            if self._alone is not None:
-                self._alone.flush(self.timeout)
+            try:
+                self._producer.flush(self.timeout)
+                if self._alone is not None:
+                    self._alone.flush(self.timeout)
+            except KafkaException as exc:  # fatal (a refused producer id): said, not raised
+                logger.error("closing the dead-letter producer: %s", as_access_error(exc, self._conf))
             with self._lock:
                 self._producer = self._alone = None  # release librdkafka's threads now

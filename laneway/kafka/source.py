@@ -214,6 +214,7 @@ class KafkaSource(RebalanceCallbacks):
             room = self._make_room(want)
             self._fetch(room, want)
             if now >= next_commit:
+                self._committer.serve()  # a producer's fatal error (a refused id) stops the loop
                 self._commit_due()
                 next_commit = now + self._commit_interval
             if now >= next_lag:

@@ -70,6 +70,8 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
     from confluent_kafka.admin import NewTopic
 
     from laneway.kafka import admin as ka
+    from laneway.kafka.access import raise_if_denied
+    from laneway.kafka.client_config import active
 
     admin = ka.connect(bootstrap, timeout=min(timeout, 10.0))
     try:
@@ -90,6 +92,8 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
+            if isinstance(err, KafkaError):  # an ACL denial: the one line naming the setting
+                raise_if_denied(err, active(), doing=f"create topic {name!r}")
             raise ka.AdminError(f"creating topic {name!r} at {bootstrap} failed: {_kafka_text(exc)}") from exc
     logger.info("created topics %s", created)
     return created

@@ -33,6 +33,7 @@ __all__ = [
     "KafkaAccessDenied",
     "KafkaAccessError",
     "KafkaAuthError",
+    "as_access_error",
     "check_access",
     "classify",
     "probe",
@@ -71,6 +72,11 @@ DENIED: Final[dict[int, str]] = {
 _AUTH_CODES: Final = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 _TLS_CODES: Final = frozenset({KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._AUTHENTICATION})
 _MECHANISMS = re.compile(r"supported mechanisms:\s*([\w\-, ]*)")
+#: what a denial without a ``doing`` refused: an idempotent producer's id is the cluster's
+_DOING: Final = {
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "produce with an idempotent producer "
+    "(IdempotentWrite on the cluster, or Write on a topic)",
+}
 #: the refusals raise_if_denied raises (the others are guesses from a dropped connection)
 _RUNNING_FIELDS: Final = frozenset({"sasl.username", "sasl.password", "ssl.ca.location"})
 _AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)")
@@ -100,7 +106,7 @@ def classify(
     who = f"user {user!r}" if user else "this client"
     lowered = text.lower()
     if code in DENIED:
-        what = doing or f"use this {DENIED[code]}"
+        what = doing or _DOING.get(code, f"use this {DENIED[code]}")
         return KafkaAccessDenied(
             "sasl.username",
             f"access denied: the cluster's ACLs do not let {who} {what} ({err.name()}): grant it "
@@ -164,6 +170,19 @@ def raise_if_denied(err: KafkaError | None, settings: Mapping[str, Any], *, doin
     found = classify(err, settings, doing=doing) if err is not None else None
     if found is not None and found.field in _RUNNING_FIELDS:
         raise found
+
+
+def as_access_error(exc: BaseException, settings: Mapping[str, Any]) -> BaseException:
+    """``exc`` as the :class:`KafkaAccessError` :func:`raise_if_denied` raises when it is a
+    :class:`KafkaException` carrying such a refusal (an idempotent producer's fatal
+    CLUSTER_AUTHORIZATION_FAILED, say), else ``exc`` itself."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError):
+        try:
+            raise_if_denied(err, settings)
+        except KafkaAccessError as found:
+            return found
+    return exc
 
 
 class ErrorWatch:

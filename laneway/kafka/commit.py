@@ -150,9 +150,17 @@ class Committer:
         recommit, self._recommit = self._recommit, False
         return recommit
 
+    def serve(self) -> None:
+        """Serve the producer's callbacks: raises its fatal error (a KafkaException), if any."""
+        if self._producer is not None:
+            self._producer.poll(0)
+
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.flush(10)
+            try:
+                self._producer.flush(10)
+            except KafkaException as exc:  # fatal: the loop stopped on it (serve), say it once
+                logger.error("closing the output producer: %s", exc)
             self._producer = None  # release librdkafka's threads (and their logging) now
 
 

@@ -40,6 +40,7 @@ from laneway.engine.handlers import LetterDone
 from laneway.engine.outcomes import format_error
 from laneway.errors import DeadLetterError
 from laneway.kafka import headers as h
+from laneway.kafka.access import as_access_error
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.producer import TOO_LARGE
 
@@ -224,6 +225,8 @@ class KafkaDeadLetters:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: the fatal error that stopped the poll thread (a refused producer id, say), if any
+        self.error: BaseException | None = None
 
     def start(self) -> None:
         """Start the poll thread (idempotent; :meth:`send` calls it)."""
@@ -261,9 +264,14 @@ class KafkaDeadLetters:
             producer, alone = self._producer, self._alone
             if producer is None:
                 return
-            producer.poll(_POLL)
-            if alone is not None:
-                alone.poll(0)
+            try:
+                producer.poll(_POLL)
+                if alone is not None:
+                    alone.poll(0)
+            except KafkaException as exc:  # a fatal error (a refused producer id): never a thread's traceback
+                self.error = as_access_error(exc, self._conf)
+                logger.error("the dead-letter producer stopped: %s", self.error)
+                return
 
     def close(self) -> None:
         """Stop taking letters, wait up to ``timeout`` for those in flight (their ``on_done``
@@ -275,8 +283,11 @@ class KafkaDeadLetters:
             self._thread.join()
         if self._producer is not None:
             # the batching one first: a letter it had refused may go on to the lone one
-            self._producer.flush(self.timeout)
-            if self._alone is not None:
-                self._alone.flush(self.timeout)
+            try:
+                self._producer.flush(self.timeout)
+                if self._alone is not None:
+                    self._alone.flush(self.timeout)
+            except KafkaException as exc:  # fatal (a refused producer id): said, not raised
+                logger.error("closing the dead-letter producer: %s", as_access_error(exc, self._conf))
             with self._lock:
                 self._producer = self._alone = None  # release librdkafka's threads now

@@ -42,7 +42,7 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.access import KafkaAccessError, raise_if_denied
+from laneway.kafka.access import KafkaAccessError, as_access_error, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -102,6 +102,7 @@ class KafkaSource(RebalanceCallbacks):
         self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
+        self._group = conf.get("group.id")
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
             str(conf.get("group.protocol", "classic")) == "consumer"
         )
@@ -191,7 +192,9 @@ class KafkaSource(RebalanceCallbacks):
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:
+        except BaseException as caught:
+            # a refusal (a producer's fatal CLUSTER_AUTHORIZATION_FAILED) as the one-line error
+            exc = as_access_error(caught, self._access)
             self.error = exc
             (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
                 "consumer stopped: %s", exc
@@ -211,6 +214,7 @@ class KafkaSource(RebalanceCallbacks):
             room = self._make_room(want)
             self._fetch(room, want)
             if now >= next_commit:
+                self._committer.serve()  # a producer's fatal error (a refused id) stops the loop
                 self._commit_due()
                 next_commit = now + self._commit_interval
             if now >= next_lag:
@@ -414,7 +418,9 @@ class KafkaSource(RebalanceCallbacks):
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
-        raise_if_denied(err, self._access)  # a revoked grant or a removed user: stop, saying so
+        # a revoked grant or a removed user: stop, saying so (a denied group, naming it)
+        joining = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        raise_if_denied(err, self._access, doing=f"use group {self._group!r}" if joining else None)
         if err.fatal():
             raise KafkaException(err)
         logger.warning("consumer error: %s", err)

@@ -7,9 +7,10 @@ knows three users, each with a random password per start:
 
 ========  ==========================================================================
 admin     super user (it also carries the broker's own inter-broker connections)
-app       topics ``app-*`` (read, write, describe, create: its dead-letter topics
-          ``app-*.dlq`` too), groups ``app-*`` (read, describe), transactional ids
-          ``app-*`` and ``laneway-app-*`` (exactly-once), idempotent write
+app       topics ``app-*`` (read, write, describe, create, describe configs: its
+          dead-letter topics ``app-*.dlq`` too), groups ``app-*`` (read, describe) and
+          ``laneway-tools-*`` (read: ``dlq show``), transactional ids ``app-*``,
+          ``laneway-app-*`` (exactly-once) and ``laneway-redrive-app-*``, idempotent write
 reader    topics ``app-*`` (read, describe), groups ``reader-*`` (read, describe)
 ========  ==========================================================================
 
@@ -237,13 +238,17 @@ def acl_bindings() -> list[AclBinding]:
     allow = AclPermissionType.ALLOW
     prefixed = ResourcePatternType.PREFIXED
     grants: list[tuple[str, ResourceType, str, ResourcePatternType, AclOperation]] = []
-    for op in (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE):
+    topic_ops = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE)
+    for op in (*topic_ops, AclOperation.DESCRIBE_CONFIGS):  # DescribeConfigs: `topics describe`
         grants.append(("app", ResourceType.TOPIC, "app-", prefixed, op))
+    # the tools' own groups and redrive transactions (`dlq show`, `dlq redrive`, docs/security.md)
+    grants.append(("app", ResourceType.GROUP, "laneway-tools-", prefixed, AclOperation.READ))
     for op in (AclOperation.READ, AclOperation.DESCRIBE):
         grants.append(("app", ResourceType.GROUP, "app-", prefixed, op))
         grants.append(("reader", ResourceType.TOPIC, "app-", prefixed, op))
         grants.append(("reader", ResourceType.GROUP, "reader-", prefixed, op))
-    for txn_prefix in ("app-", "laneway-app-"):  # laneway-<group>-...: the App's default id
+    # laneway-<group>-...: the App's default id; laneway-redrive-<dlq>: `dlq redrive`
+    for txn_prefix in ("app-", "laneway-app-", "laneway-redrive-app-"):
         for op in (AclOperation.WRITE, AclOperation.DESCRIBE):
             grants.append(("app", ResourceType.TRANSACTIONAL_ID, txn_prefix, prefixed, op))
     grants.append(

@@ -118,11 +118,15 @@ def run(
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     from laneway.kafka import admin as ka
+    from laneway.kafka.access import check_access
 
     ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
     try:
         admin = ka.connect(settings.bootstrap)  # no broker: one line now, not after Spark's start-up
-        if settings.topic not in admin.list_topics(timeout=10).topics:
+        md = admin.list_topics(timeout=10)
+        # a topic the ACLs hide is left out of the metadata: a denial, not a missing topic
+        check_access(admin, md, {settings.topic: "read"}, settings.client_config, 10)
+        if settings.topic not in md.topics:
             raise _fail(
                 f"topic {settings.topic!r} does not exist at {settings.bootstrap} "
                 "(laneway catalog sync produces the entity snapshots to it)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -103,7 +103,8 @@ def end_offsets(conf: dict[str, str], topic: str, partitions: int) -> dict[int, 
 
 def failure_within(app: App, wait: float) -> BaseException | None:
     """Run ``app`` for at most ``wait`` seconds; the exception its start or run raised, or None
-    when it ran that long without failing. The test fails when the app does not even stop then.
+    when it ran that long without failing. The test fails when the app does not stop within
+    10 s more (its shutdown).
     """
     outcome: list[BaseException | None] = []
 
@@ -117,11 +118,17 @@ def failure_within(app: App, wait: float) -> BaseException | None:
 
     thread = threading.Thread(target=run, name="app-run", daemon=True)
     thread.start()
-    thread.join(wait + 30)
+    thread.join(wait + 10)
     if thread.is_alive():
         app.stop()
-        raise AssertionError(f"the app neither failed nor stopped within {wait + 30:.0f}s (a hang)")
+        raise AssertionError(f"the app neither failed nor stopped within {wait + 10:.0f}s (a hang)")
     return outcome[0]
+
+
+def assert_no_password(text: str, passwords: Mapping[str, str], *, what: str = "the output") -> None:
+    """Fail naming the user when one of ``passwords`` (user -> password) appears in ``text``."""
+    leaked = sorted(user for user, password in passwords.items() if password in text)
+    assert not leaked, f"{what}: the password of {', '.join(leaked)} leaked"
 
 
 def wait_until(done: Callable[[], Any], timeout: float) -> bool:

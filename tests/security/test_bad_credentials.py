@@ -1,8 +1,6 @@
 """A wrong password, an unknown user, a CA the broker's certificate does not chain to: what the
-client sees today, and that the App's start fails (rather than hangs) with an exception.
-
-Tighten once the one-line errors land (issue 25, part A): the exception's class
-(an authentication or TLS error naming the setting to fix) and its text.
+client sees, and that the App's start fails within seconds (not a hang) with a one-line
+:class:`KafkaAuthError` naming the setting to fix, its text free of the password.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from laneway import App, Timeouts
-from laneway.errors import ConfigError
+from laneway.kafka.access import KafkaAuthError
 from laneway.ops.secured import read_properties
 from tests.security.conftest import AppTopicFactory, SecureBroker
 from tests.security.support import failure_within, wait_until
@@ -26,10 +24,12 @@ BAD: dict[str, Callable[[SecureBroker], Path]] = {
     "unknown_user": SecureBroker.unknown_user_file,
     "untrusted_ca": SecureBroker.untrusted_ca_file,
 }
-#: the field of the ConfigError the App's start raises today: "no broker answered" after
-#: timeouts.startup. Tighten once part A lands: a KafkaAuthError naming sasl.password
-#: (wrong password, unknown user) or ssl.ca.location (untrusted CA), within a second or two.
-START_FIELD = {case: "bootstrap_servers" for case in BAD}
+#: the setting the App's start error names (KafkaAuthError.field)
+START_FIELD = {
+    "wrong_password": "sasl.password",
+    "unknown_user": "sasl.password",
+    "untrusted_ca": "ssl.ca.location",
+}
 #: what librdkafka's error callback reports for each (the connection's own failure)
 CLIENT_ERROR = {
     "wrong_password": KafkaError._AUTHENTICATION,
@@ -43,7 +43,7 @@ def test_the_client_reports_the_cause_and_gets_no_metadata(secure_broker: Secure
     conf = secure_broker.client(BAD[case](secure_broker))
     errors: list[KafkaError] = []
     admin = AdminClient({**conf, "error_cb": errors.append})
-    # today: the error callback names the cause; a metadata request only times out (_TRANSPORT)
+    # the error callback names the cause; a metadata request only times out (_TRANSPORT)
     with pytest.raises(KafkaException) as err:
         admin.list_topics(timeout=3)
     assert err.value.args[0].code() == KafkaError._TRANSPORT
@@ -58,7 +58,7 @@ def test_the_client_reports_the_cause_and_gets_no_metadata(secure_broker: Secure
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_the_app_start_fails_with_an_exception(
+def test_the_app_start_fails_with_a_one_line_auth_error(
     secure_broker: SecureBroker, app_topic: AppTopicFactory, case: str
 ) -> None:
     topic = app_topic(partitions=1)
@@ -72,7 +72,10 @@ def test_the_app_start_fails_with_an_exception(
         kafka_config=settings,
     )
     app.handler(topic)(lambda ev: None)
-    error = failure_within(app, wait=30)
-    assert isinstance(error, ConfigError), f"{case}: {error!r}"
+    error = failure_within(app, wait=10)
+    assert isinstance(error, KafkaAuthError), f"{case}: {error!r}"
     assert error.field == START_FIELD[case], error
-    assert settings["sasl.password"] not in str(error)
+    text = str(error)
+    assert "\n" not in text and START_FIELD[case] in text, text
+    assert all(p not in text for p in secure_broker.passwords.values())
+    assert settings["sasl.password"] not in text

@@ -90,7 +90,8 @@ CASES = [
         "Broker: Cluster authorization failed",
         KafkaAccessDenied,
         "sasl.username",
-        "use this cluster (CLUSTER_AUTHORIZATION_FAILED)",
+        "produce with an idempotent producer (IdempotentWrite on the cluster, or Write on a topic) "
+        "(CLUSTER_AUTHORIZATION_FAILED)",
     ),
     (
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -190,3 +191,23 @@ def test_a_revoked_grant_while_running_stops_the_consumer_loop() -> None:
             src._committer.on_commit(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
     finally:
         src._consumer.close()
+
+
+def test_a_fatal_producer_refusal_becomes_the_one_line_denial() -> None:
+    from confluent_kafka import KafkaException
+
+    from laneway.kafka.access import as_access_error
+
+    fatal = KafkaError(
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        "Failed to acquire idempotence PID from broker sasl_ssl://kafka-1:9093/1: Broker: Cluster "
+        "authorization failed",
+        fatal=True,
+    )
+    found = as_access_error(KafkaException(fatal), SETTINGS)
+    assert isinstance(found, KafkaAccessDenied) and found.field == "sasl.username"
+    assert "user 'app'" in str(found) and "IdempotentWrite" in str(found) and "\n" not in str(found)
+    other = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"))
+    assert as_access_error(other, SETTINGS) is other
+    plain = ValueError("x")
+    assert as_access_error(plain, SETTINGS) is plain

@@ -117,4 +117,7 @@ def test_acls_keep_app_and_reader_to_their_prefixes() -> None:
     assert ("User:reader", ResourceType.TOPIC, "app-", AclOperation.READ) in grants
     assert not any(p == "User:reader" and op == AclOperation.WRITE for p, _, _, op in grants)
     assert {name for p, t, name, _ in grants if t == ResourceType.GROUP and p == "User:reader"} == {"reader-"}
-    assert all(name.startswith(("app-", "reader-", "laneway-app-")) for _, _, name, _ in grants)
+    # the tools' own: `dlq show`'s groups, `dlq redrive`'s transactional ids of app-* topics
+    tools = ("laneway-tools-", "laneway-redrive-app-")
+    assert all(name.startswith(("app-", "reader-", "laneway-app-", *tools)) for _, _, name, _ in grants)
+    assert not any(p == "User:reader" and name.startswith(tools) for p, _, name, _ in grants)

@@ -8,13 +8,11 @@ default, manual commits) and runs a loop of five named steps:
    :func:`laneway.engine.flow.intake` says;
 2. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
    workers to make room for a batch;
-3. fetch (:meth:`KafkaSource._fetch`): pause or resume all the assigned partitions and fetch
-   at most the room left, as :func:`laneway.engine.flow.plan` says; turn records into events,
-   ``submit`` them, none of a partition past its share; polling continues while paused so the
-   group membership stays alive;
-4. commit if due (every ``commit_interval``): the positions the processor reports as safe,
-   each with the finished offsets beyond it as metadata; a partition whose metadata nears the
-   broker's limit is paused until its gap closes;
+3. fetch (:meth:`KafkaSource._fetch`): pause or resume all the partitions and fetch at most
+   the room left (:func:`laneway.engine.flow.plan`); ``submit`` the records as events; polling
+   goes on while paused, so the group membership stays alive;
+4. commit if due (every ``commit_interval``): the safe positions, each with the finished
+   offsets beyond it as metadata; a partition near the metadata limit pauses until its gap closes;
 5. report the lag if due (every 5 s).
 
 On assign, the group's commit metadata is read back: offsets finished before the partition
@@ -192,8 +190,7 @@ class KafkaSource(RebalanceCallbacks):
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as caught:
-            # a refusal (a producer's fatal CLUSTER_AUTHORIZATION_FAILED) as the one-line error
+        except BaseException as caught:  # a producer's fatal refusal: the one-line error
             exc = as_access_error(caught, self._access)
             self.error = exc
             (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
@@ -419,8 +416,8 @@ class KafkaSource(RebalanceCallbacks):
         if err.code() == KafkaError._PARTITION_EOF:
             return
         # a revoked grant or a removed user: stop, saying so (a denied group, naming it)
-        joining = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
-        raise_if_denied(err, self._access, doing=f"use group {self._group!r}" if joining else None)
+        group = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED and f"use group {self._group!r}"
+        raise_if_denied(err, self._access, doing=group or None)
         if err.fatal():
             raise KafkaException(err)
         logger.warning("consumer error: %s", err)

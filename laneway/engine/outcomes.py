@@ -39,12 +39,13 @@ class _Undeserializable(Exception):
 def decide(spec: HandlerSpec, event: Event, error: BaseException) -> Action:
     """After attempt ``event.attempt`` failed with ``error``: retry, dead-letter or halt.
 
-    An unreadable value is dead-lettered at once (no attempt would read it better). Else the
-    handler's :class:`~laneway.Retry` policy decides whether to try again, and once it says no,
-    the handler's ``on_failure`` decides.
+    An unreadable value is dead-lettered at once (no attempt would read it better), or halts
+    the app at once under ``on_failure="halt"`` (whose dead-letter topic need not exist). Else
+    the handler's :class:`~laneway.Retry` policy decides whether to try again, and once it says
+    no, the handler's ``on_failure`` decides.
     """
     if isinstance(error, _Undeserializable):
-        return "dead_letter"
+        return "halt" if spec.on_failure == "halt" else "dead_letter"
     if spec.retry.should_retry(error, event.attempt):
         return "retry"
     return spec.on_failure

@@ -210,6 +210,23 @@ def test_undeserializable_goes_straight_to_dead_letters(
     assert ev.offset == 1 and reason == "deserialize" and isinstance(err, orjson.JSONDecodeError)
 
 
+def test_under_halt_an_undeserializable_value_halts_at_once_without_a_dead_letter(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    """``on_failure="halt"`` needs no dead-letter topic: an unreadable value halts the app, as a
+    failed handler does, instead of a letter to a topic that may not exist."""
+    payloads: list[object] = []
+    spec = HandlerSpec(
+        topic="t", fn=lambda ev: payloads.append(ev.payload), deserializer=orjson.loads, on_failure="halt"
+    )
+    proc, sink = make(spec, partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b'{"v": 1}'), Event("t", 0, 1, b"a", b"{nope")])
+    wait_for(lambda: proc.fatal is not None)
+    assert isinstance(proc.fatal, HandlerFailed) and proc.fatal.offset == 1
+    assert sink.sent == [] and payloads == [{"v": 1}]
+    assert proc.final_positions() == {("t", 0): 1}
+
+
 def test_an_undeserializable_value_is_counted_under_the_deserializer_s_error_type() -> None:
     failures: list[tuple[str, str]] = []
 

@@ -33,7 +33,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from laneway.errors import LanewayError
-from laneway.kafka.access import ErrorWatch, probe, raise_if_denied
+from laneway.kafka.access import ErrorWatch, KafkaAccessError, probe, raise_if_denied
 from laneway.kafka.client_config import active
 from laneway.kafka.logs import librdkafka_logger
 
@@ -223,12 +223,21 @@ def watermarks(admin: AdminClient, tps: Sequence[tuple[str, int]]) -> dict[tuple
     return {tp: (lows[tp], highs[tp]) for tp in lows}
 
 
-def describe_topic(admin: AdminClient, topic: str) -> TopicDescription:
+def describe_topic(
+    admin: AdminClient, topic: str, config_if_denied: Mapping[str, str] | None = None
+) -> TopicDescription:
+    """The topic's partitions, offsets and configuration; ``config_if_denied``: what to show
+    when the ACLs deny reading the configuration (DescribeConfigs), instead of failing."""
     parts = topic_partitions(admin, topic)
     marks = watermarks(admin, [(topic, p.id) for p in parts])
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    entries = future_result(admin.describe_configs([resource])[resource], f"describing {topic!r}")
-    config = {k: str(v.value) for k, v in sorted(entries.items()) if v.value is not None}
+    try:
+        entries = future_result(admin.describe_configs([resource])[resource], f"describing {topic!r}")
+        config = {k: str(v.value) for k, v in sorted(entries.items()) if v.value is not None}
+    except KafkaAccessError:
+        if config_if_denied is None:
+            raise
+        config = dict(config_if_denied)
     details = tuple(
         PartitionDetail(p.id, p.leader, tuple(p.replicas), tuple(p.isrs), *marks[(topic, p.id)])
         for p in parts
@@ -282,7 +291,8 @@ def create_topic(
     deadline = time.monotonic() + timeout
     while True:  # metadata may lag the creation by a moment
         try:
-            return describe_topic(admin, name)
+            # created: a user allowed Create but not DescribeConfigs sees the settings it asked for
+            return describe_topic(admin, name, config_if_denied=settings)
         except (UnknownTopicError, AdminError):
             if time.monotonic() > deadline:
                 raise

@@ -44,7 +44,10 @@ Bootstrap = Annotated[
     typer.Option(
         "--bootstrap",
         "-b",
-        help="Kafka bootstrap (default: $LANEWAY_BOOTSTRAP, else `laneway broker`'s, else 127.0.0.1:9092)",
+        help=(
+            "Kafka bootstrap (default: the --client-config file's bootstrap.servers, then "
+            "$LANEWAY_BOOTSTRAP, then `laneway broker`'s, then 127.0.0.1:9092)"
+        ),
         show_default=False,
     ),
 ]

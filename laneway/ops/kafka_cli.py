@@ -43,7 +43,7 @@ def topics_create(
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="number of partitions")] = 1,
     replication: Annotated[int, typer.Option("--replication", "-r", help="replication factor")] = 1,
     retention: Annotated[
-        str, typer.Option(help="how long records are kept: 14d, 12h, 30m, -1 = forever")
+        str, typer.Option(help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 = forever")
     ] = "14d",
     segment_size: Annotated[str | None, typer.Option(help="log segment size, e.g. 256MiB")] = None,
     cleanup_policy: Annotated[str, typer.Option(help="delete, compact or compact,delete")] = "delete",

@@ -183,7 +183,7 @@ def register(app: typer.Typer) -> None:
         before = [fetch(u) for u in urls]
         if all(d is None for d in before):
             typer.secho(f"error: no instance answered at {', '.join(urls)}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(1)
+            raise typer.Exit(2)  # unreachable, as every command exits for a bad address
         taken = time.monotonic()
         if once:
             time.sleep(interval)

@@ -41,3 +41,16 @@ def test_the_rate_is_records_handled_not_records_fetched() -> None:
     console = Console(width=80, record=True)
     console.print(render([_doc(processed=1_500, consumed=5_000)], [_doc(processed=500, consumed=5_000)], 2.0))
     assert "500 rec/s" in console.export_text()
+
+
+def test_no_instance_answering_is_one_line_and_exit_2() -> None:
+    from typer.testing import CliRunner
+
+    from laneway.ops import cli
+
+    if not any(c.name == "top" for c in cli.app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(cli.app, ["top", "127.0.0.1:1", "--once"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == ["error: no instance answered at 127.0.0.1:1"]

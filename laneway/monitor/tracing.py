@@ -24,8 +24,8 @@ taken on the same handler policy. Each attempt is a span of its own, with ``lane
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any, Final
 
@@ -194,31 +194,13 @@ def traced(
     fn: Callable[[Event], Any] = spec.fn
     attach, detach, in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
 
-    if spec.is_async:
-        afn: Callable[[Event], Awaitable[Any]] = spec.fn
-
-        async def traced_async(ev: Event) -> None:
-            span = spans.start(ev)
-            token = attach(in_context(span))
-            try:
-                await afn(ev)
-            except BaseException as exc:
-                spans.failed(span, ev, exc)
-                raise
-            else:
-                spans.succeeded(span, ev)
-            finally:
-                detach(token)
-                span.end()
-
-        return replace(spec, fn=traced_async)
-
-    def traced_call(ev: Event) -> None:
+    @contextmanager
+    def span_of(ev: Event) -> Iterator[None]:
+        """The call's span, current while it runs; the one body of the plain and async paths."""
         span = spans.start(ev)
         token = attach(in_context(span))
         try:
-            if (result := fn(ev)) is not None:
-                check_result(result)  # a hidden async def fails here, inside its span
+            yield
         except BaseException as exc:
             spans.failed(span, ev, exc)
             raise
@@ -227,5 +209,19 @@ def traced(
         finally:
             detach(token)
             span.end()
+
+    if spec.is_async:
+        afn: Callable[[Event], Awaitable[Any]] = spec.fn
+
+        async def traced_async(ev: Event) -> None:
+            with span_of(ev):
+                await afn(ev)
+
+        return replace(spec, fn=traced_async)
+
+    def traced_call(ev: Event) -> None:
+        with span_of(ev):
+            if (result := fn(ev)) is not None:
+                check_result(result)  # a hidden async def fails here, inside its span
 
     return replace(spec, fn=traced_call)

@@ -21,6 +21,7 @@ __all__ = [
     "INLINE_BUDGET",
     "INLINE_COST",
     "MAX_CHUNK",
+    "SLOW_STREAK",
     "STEAL_AFTER",
     "STEAL_TICK",
     "CostModel",
@@ -40,6 +41,10 @@ EVENT_OVERHEAD = 0.000003
 #: thread that submitted it, for up to INLINE_BUDGET per batch (s)
 INLINE_COST = 0.00005
 INLINE_BUDGET = 0.005
+#: a cheap handler stops running on the consumer thread after this many chunks in a row
+#: measured at INLINE_COST or more per event; one chunk is not enough: a call preempted by
+#: another thread measures the switch interval (5 ms) it waited for the GIL
+SLOW_STREAK = 3
 #: the most lanes in one chunk
 MAX_CHUNK = 256
 #: a chunk whose handler calls took this long hands its remaining lanes back to the pool (s);
@@ -60,10 +65,14 @@ class CostModel:
     zero).
     """
 
-    __slots__ = ("work",)
+    __slots__ = ("_cheap", "_streak", "work")
 
     def __init__(self) -> None:
         self.work: dict[str, list[float]] = {}
+        #: the topics whose handler may run on the consumer thread (see :meth:`direct_topics`)
+        self._cheap: set[str] = set()
+        #: per topic, the chunks in a row measured at INLINE_COST or more per event
+        self._streak: dict[str, int] = {}
 
     def learn(self, topic: str, events: int, seconds: float) -> None:
         """Fold a chunk into the topic's estimate: seconds in the handler per event over recent
@@ -72,10 +81,18 @@ class CostModel:
         would make a cheap handler look slow."""
         work = self.work.get(topic)
         if work is None:
-            self.work[topic] = [seconds, float(events)]
-            return
-        work[0] = work[0] * COST_DECAY + seconds
-        work[1] = work[1] * COST_DECAY + events
+            work = self.work[topic] = [seconds, float(events)]
+        else:
+            work[0] = work[0] * COST_DECAY + seconds
+            work[1] = work[1] * COST_DECAY + events
+        if seconds / events + EVENT_OVERHEAD < INLINE_COST:
+            self._streak[topic] = 0
+            if topic not in self._cheap and work[0] / work[1] + EVENT_OVERHEAD < INLINE_COST:
+                self._cheap.add(topic)
+        else:
+            streak = self._streak[topic] = self._streak.get(topic, 0) + 1
+            if streak >= SLOW_STREAK:
+                self._cheap.discard(topic)
 
     def forget(self, topic: str) -> None:
         """Drop the topic's history (strong evidence that the handler changed: an overrun)."""
@@ -91,20 +108,20 @@ class CostModel:
         """Lanes per chunk at ``cost`` seconds per event: as many as fit the chunk budget."""
         return max(1, min(MAX_CHUNK, int(CHUNK_BUDGET / cost)))
 
-    @staticmethod
-    def inline_allowed(cost: float) -> bool:
-        """Whether a plain handler at ``cost`` may run on the submitting thread."""
-        return cost < INLINE_COST
+    def inline_allowed(self, topic: str) -> bool:
+        """Whether a plain handler of ``topic`` may run on the submitting thread: measured
+        cheaper than :data:`INLINE_COST` per event, and not :data:`SLOW_STREAK` chunks in a row
+        at that or more since. The verdict is the streak's, not the estimate's: one call that
+        waited 5 ms for the GIL lifts the estimate past the bound for many chunks, and sending
+        the topic to the workers then makes the threads fight over the GIL, which lifts it
+        again (at 0.5% of records failing, runs flipped between the two modes)."""
+        return topic in self._cheap
 
     def direct_topics(self, candidates: frozenset[str]) -> frozenset[str]:
-        """Of ``candidates`` (plain handlers, no delay, no timeout), the topics measured cheaper
-        than :data:`INLINE_COST`: their events may run on the submitting thread."""
-        work = self.work
-        return frozenset(
-            t
-            for t in candidates
-            if (w := work.get(t)) is not None and w[0] / w[1] + EVENT_OVERHEAD < INLINE_COST
-        )
+        """Of ``candidates`` (plain handlers, no delay, no timeout), those whose events may run
+        on the submitting thread (:meth:`inline_allowed`)."""
+        cheap = self._cheap
+        return frozenset(t for t in candidates if t in cheap)
 
     def threads_allowed(self, max_threads: int) -> int:
         """Worker threads the measured costs call for: ``max_threads`` x cost / chunk budget (at

@@ -26,7 +26,7 @@ from laneway.engine.outcomes import check_result, deserialize
 from laneway.engine.partitions import PartitionState
 
 if TYPE_CHECKING:
-    from laneway.engine.workers import Engine
+    from laneway.engine.chunks import Engine
 
 __all__ = ["run_direct"]
 
@@ -48,6 +48,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     deadline = perf() + _cost.INLINE_BUDGET
     done = 0  # events of ``direct`` finished (or dropped), a prefix, until a failure
     after: After | None = None  # past a failure: per run from ``done``, see _run_on
+    failure: BaseException | None = None
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if first == end:
@@ -60,7 +61,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             break
         fn, deserializer = spec.fn, spec.deserializer
         took: list[float] = []
-        failure: BaseException | None = None
+        failure = None
         for ev in direct[first:end]:
             try:
                 if deserializer is not None:
@@ -93,10 +94,19 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             more, failed = _lane_rest(table, direct, runs, done, after)
         if table.waiters:
             table.changed.notify_all()
-    for lane, error in failed:
+    _carry_out(engine, failed)
+    # a failure's traceback holds the handler's frame, and through its f_back this one: what
+    # here refers to the failures goes, or the batch would wait for the cyclic collector
+    del failure, after, failed
+    return more
+
+
+def _carry_out(engine: Engine, failed: list[tuple[Lane, BaseException]]) -> None:
+    """Decide the failed events' outcomes (retry, dead letter, halt)."""
+    while failed:
+        lane, error = failed.pop(0)
         ev, state = lane[0]
         engine.after(lane, ev, state, error)
-    return more
 
 
 #: in ``_run_on``'s lists: an event left for its lane (not run)
@@ -125,6 +135,7 @@ def _run_on(
     perf, metrics = time.perf_counter, engine.metrics
     blocked: dict[str, set[object]] = {}
     out: After = []
+    rest: list[tuple[Event, object]] = []
     stop = False
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
@@ -137,7 +148,7 @@ def _run_on(
         by_key, unordered = ordering == "key", ordering == "unordered"
         whole = (None, state.tp[1])  # the partition's lane (never equal to a key's bytes)
         ok: list[Event] = []
-        rest: list[tuple[Event, object]] = []
+        rest = []
         out.append((state, spec, ok, rest))
         i = max(first, start)
         if i == start:
@@ -180,7 +191,10 @@ def _run_on(
         if took:
             engine.cost.learn(topic, len(took), sum(took))
             metrics.processed(topic, took, ok[len(ok) // 2].timestamp_ms)
-    return out
+    try:
+        return out
+    finally:  # no cycle through this frame, which the failures' tracebacks hold (run_direct)
+        del out, rest, failure
 
 
 def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int) -> None:

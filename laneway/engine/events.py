@@ -34,7 +34,6 @@ class Event:
     # engine bookkeeping
     first_failure: float = 0.0
     last_failure: float = 0.0
-    error: BaseException | None = None
     outputs: list[Output] | None = None
 
     def emit(

@@ -61,7 +61,6 @@ class FailurePaths:
         now = self._clock()
         ev.first_failure = ev.first_failure or now
         ev.last_failure = now
-        ev.error = err
         self.metrics.failed_attempt(ev.topic, type(cause_of(err)).__name__)
         action = decide(lane.spec, ev, err)
         if action == "retry":

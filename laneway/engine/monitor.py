@@ -17,7 +17,7 @@ from laneway.engine.cost import STEAL_AFTER, STEAL_TICK
 from laneway.engine.lanes import Head
 
 if TYPE_CHECKING:
-    from laneway.engine.workers import Engine
+    from laneway.engine.chunks import Engine
 
 __all__ = ["Monitor", "take_all"]
 

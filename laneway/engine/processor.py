@@ -432,7 +432,7 @@ class Processor(FailurePaths):
                 assert self._apool is not None
                 self._apool.put(chunks)
                 continue
-            if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(cost):
+            if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(topic):
                 chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
                 if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
                     for chunk in chunks:
@@ -473,7 +473,7 @@ class Processor(FailurePaths):
         acknowledgement): a cheap plain handler's waits in the inbox for the next submit
         (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
         topic = lane.spec.topic
-        if topic in self._direct_ok and self.cost.inline_allowed(self.cost.cost(topic)):
+        if topic in self._direct_ok and self.cost.inline_allowed(topic):
             self._inbox.put(lane)
         else:
             self._dispatch([lane])

@@ -2,9 +2,9 @@
 the monitor that watches their calls.
 
 Both pools run *chunks*: lists of lanes whose heads one worker runs one after the other (see
-docs/internals.md). A :class:`ChunkRun` holds one chunk's bookkeeping (which heads are left,
-handler time, successes and failures), so the plain loop and the async loop differ only in
-the call: ``fn(ev)`` against ``await fn(ev)``.
+docs/internals.md). A :class:`~laneway.engine.chunks.ChunkRun` holds one chunk's bookkeeping
+(which heads are left, handler time, successes and failures), so the plain loop and the async
+loop differ only in the call: ``fn(ev)`` against ``await fn(ev)``.
 
 Threads: a :class:`ThreadPool`'s workers start on demand (``grow``); the
 :class:`AsyncPool` runs one event loop on a thread of its own, started in ``start()``, never
@@ -18,181 +18,21 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from laneway.engine.cost import CHUNK_OVERRUN, CostModel
-from laneway.engine.events import Event
-from laneway.engine.lanes import Head, Lane, LaneTable
-from laneway.engine.metrics import Metrics
-from laneway.engine.monitor import Monitor, take_all
+from laneway.engine.chunks import ChunkRun, Engine, keep_committing
+from laneway.engine.lanes import Lane
+from laneway.engine.monitor import Monitor
 from laneway.engine.outcomes import check_result, deserialize
-from laneway.engine.partitions import PartitionState
 from laneway.errors import ConfigError
 
-__all__ = ["AsyncPool", "ChunkRun", "Engine", "EventLoop", "ThreadPool", "loop_factory"]
+__all__ = ["AsyncPool", "EventLoop", "ThreadPool", "loop_factory"]
 
 #: the asyncio pool's loop: uvloop when installed ("auto"), or either one explicitly
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 
 logger = logging.getLogger("laneway.engine.processor")
-
-#: a head whose attempt failed, with its error
-Failed = tuple[Lane, Event, PartitionState, BaseException]
-
-
-class Engine(Protocol):
-    """What the workers need of the processor."""
-
-    table: LaneTable
-    cost: CostModel
-    metrics: Metrics
-    fatal: BaseException | None
-    closed: bool
-
-    def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
-
-    def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
-
-    def hand_back(self, rest: list[Head]) -> None: ...
-
-    def dispatch_more(self, lanes: list[Lane]) -> None: ...
-
-    def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
-
-    def halt(self, error: BaseException) -> None: ...
-
-
-def keep_committing(lanes: list[Lane], put: Callable[[list[Lane]], None]) -> list[Lane]:
-    """Of lanes with more to run while other chunks wait: one whose head holds its partition's
-    commit position (its lowest unfinished offset) keeps this worker; the others go to the back
-    of the line (``put``). So the commit position follows the partition's progress instead of
-    waiting for the deepest key's turns, and a hot key still gets one worker, never more: a
-    lane runs one event at a time. Read without the lock: a stale answer costs a turn, no more.
-
-    Only small chunks are searched (a slow handler's, where a turn in line is long): a cheap
-    handler's chunk of hundreds of lanes comes round again within a chunk budget anyway."""
-    if len(lanes) > 8:
-        put(lanes)
-        return []
-    for i, lane in enumerate(lanes):
-        ev, state = lane[0]
-        if ev.offset == state.tracker.lowest():
-            rest = lanes[:i] + lanes[i + 1 :]
-            if rest:
-                put(rest)
-            return [lane]
-    put(lanes)
-    return []
-
-
-class ChunkRun:
-    """One worker's turn through a chunk's heads (a chunk is of one topic).
-
-    The heads not started yet wait in a deque the monitor may empty: a call that blocks then
-    holds its own lane only. Both sides take heads with ``popleft``, atomic, so none runs twice.
-    """
-
-    __slots__ = (
-        "_early",
-        "_engine",
-        "_guard",
-        "_monitor",
-        "busy",
-        "failed",
-        "finished",
-        "heads",
-        "ok",
-        "pending",
-        "ran",
-        "took",
-    )
-
-    def __init__(self, engine: Engine, monitor: Monitor, heads: list[Head]) -> None:
-        self._engine, self._monitor = engine, monitor
-        self.heads = len(heads)
-        self.pending = deque(heads)
-        self._guard: list[Any] | None = None
-        self._early: threading.Lock | None = None
-        if len(heads) > 1:
-            self._early = threading.Lock()
-            self._guard = monitor.chunks[id(self.pending)] = [self.pending, time.perf_counter(), self]
-        self.ok: list[Head] = []
-        self.finished = 0  # of ``ok``, the first this many are finished (see finish_early)
-        self.failed: list[Failed] = []
-        self.busy = 0.0  # handler seconds so far
-        self.took: list[float] = []  # handler seconds of each success, for the metrics
-        self.ran = 0
-
-    def next(self) -> Head | None:
-        """The next head to run; None when the chunk is done or has overrun its budget."""
-        pending = self.pending
-        while True:
-            try:
-                item = pending.popleft()
-            except IndexError:  # empty, or taken by the monitor meanwhile
-                return None
-            if self.busy > CHUNK_OVERRUN and self.ran:
-                pending.appendleft(item)  # left for close() to hand back
-                return None
-            if self._engine.fatal is not None:
-                self._engine.table.release([item[2]])
-                continue
-            self.ran += 1
-            ev = item[1]
-            if ev.outputs is not None:
-                ev.outputs = None  # what a failed attempt emitted is discarded
-            return item
-
-    def start(self) -> float:
-        t0 = time.perf_counter()
-        if self._guard is not None:
-            self._guard[1] = t0
-        return t0
-
-    def end(self, item: Head, t0: float, err: BaseException | None) -> None:
-        t1 = time.perf_counter()
-        self.busy += t1 - t0
-        if err is None:
-            self.took.append(t1 - t0)
-            self.ok.append(item)
-        else:
-            self.failed.append((*item, err))
-
-    def finish_early(self) -> list[Lane]:
-        """Finish the successes so far, while a call of the chunk still runs (the monitor's, for
-        a call past STEAL_AFTER): a blocked call must not hold back its chunk-mates that are
-        done, their keys' next events, or the commit position. Returns their lanes with more."""
-        assert self._early is not None
-        with self._early:
-            first, self.finished = self.finished, len(self.ok)
-        done = self.ok[first : self.finished]
-        return self._engine.table.finish(done) if done else []
-
-    def unguard(self) -> None:
-        if self._guard is not None:
-            self._monitor.chunks.pop(id(self.pending), None)
-
-    def close(self, topic: str) -> list[Lane]:
-        """Learn the cost, give back what an overrun left, count the successes and finish them;
-        returns their lanes that have more to run. When the calls overran the chunk's budget and
-        heads went back to the pool, their cost is the estimate now (the history is dropped)."""
-        engine = self._engine
-        if self.busy > CHUNK_OVERRUN and self.ran < self.heads:
-            engine.cost.forget(topic)
-        engine.cost.learn(topic, max(1, self.ran), self.busy)
-        if self.pending:
-            engine.hand_back(take_all(self.pending))
-        if self.took:  # the event-time sample: the chunk's middle success
-            engine.metrics.processed(topic, self.took, self.ok[len(self.ok) // 2][1].timestamp_ms)
-        ok = self.ok
-        if self._early is not None:
-            with self._early:  # what the monitor finished early is not finished twice
-                first, self.finished = self.finished, len(ok)
-            if first:
-                ok = ok[first:]
-        return engine.table.finish(ok) if ok else []
 
 
 class ThreadPool:
@@ -301,13 +141,13 @@ class ThreadPool:
                 except BaseException as exc:
                     err = exc
                 run.end(item, t0, err)
+                err = None  # (see ChunkRun.carry_out)
                 if watch is not None:
                     self._unwatch(ident, watch, time.perf_counter() - t0)
         finally:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
-        for lane, ev, state, failure in run.failed:
-            engine.after(lane, ev, state, failure)
+        run.carry_out(engine.after)
         return engine.continue_(more) if more else more
 
     def _unwatch(self, ident: int, watch: list[Any], elapsed: float) -> None:
@@ -461,13 +301,13 @@ class AsyncPool:
                 except BaseException as exc:
                     err = exc
                 run.end(item, t0, err)
+                err = None  # (see ChunkRun.carry_out)
         finally:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
-        for lane, ev, state, failure in run.failed:
-            # never blocks: a retry parks its lane on the timer, a dead letter is sent in the
-            # background and finishes its event from the sink's thread
-            engine.after_safe(lane, ev, state, failure)
+        # never blocks: a retry parks its lane on the timer, a dead letter is sent in the
+        # background and finishes its event from the sink's thread
+        run.carry_out(engine.after_safe)
         return engine.continue_(more) if more else more
 
     def close(self, deadline: float) -> None:

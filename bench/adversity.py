@@ -71,7 +71,8 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
     seqs = produce(lab.bootstrap, topic, n)
     poison = {(k, s) for k, last in enumerate(seqs) for s in range(1, last + 1) if chosen(k, s, 0.005, 1)}
     ends = lab.kafka.end_offsets(topic, PARTITIONS)
-    cases = {"a-none": {}, "b-poison": {"poison": 0.005}, "c-once": {"fail_once": 0.03}}
+    # the same handler in every case: the clean one makes the failing ones' per-record checks
+    cases = {"a-none": {"adverse": True}, "b-poison": {"poison": 0.005}, "c-once": {"fail_once": 0.03}}
     for rep in range(repeats):
         for case, options in cases.items():
             for name in names:

@@ -68,6 +68,9 @@ class RunSpec:
     retry: list[float] = field(default_factory=list)  # [max_attempts, initial_backoff, max_backoff]
     poison: float = 0.0  # this fraction of records always raises (chosen(..., salt=1))
     fail_once: float = 0.0  # this fraction raises on its first attempt only (salt=2)
+    #: the adversity handler even when nothing fails: a clean case that makes the same
+    #: per-record checks as the failing ones, so their ratio is the failures' cost alone
+    adverse: bool = False
     conflate: bool = False  # App.handler(conflate=True)
     dead_letter_topic: str = ""  # "" = <topic>.dlq
     lane_sample_s: float = 0.0  # sample the per-partition handled counts this often

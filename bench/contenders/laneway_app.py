@@ -115,7 +115,8 @@ class Poison(Exception):
 
 def _is_adverse(spec: RunSpec) -> bool:
     return bool(
-        spec.poison
+        spec.adverse
+        or spec.poison
         or spec.fail_once
         or spec.lane_sample_s
         or spec.log_path
@@ -129,6 +130,7 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
     handle, unpack = rec.handle, HEADER.unpack_from
     last_attempt = int(spec.retry[0]) if spec.retry else 1
     poison, fail_once = spec.poison, spec.fail_once
+    check_poison = bool(poison or spec.adverse)  # the clean case pays the same check (see RunSpec)
     fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if spec.log_path else -1
     stuck = [spec.stuck_s]
     counts = [0] * spec.partitions  # exact with ordering="partition" (one thread per partition)
@@ -148,7 +150,7 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
         if stuck[0] and kid == spec.stuck_key:
             seconds, stuck[0] = stuck[0], 0.0
             time.sleep(seconds)
-        if poison and chosen(kid, seq, poison, 1):
+        if check_poison and chosen(kid, seq, poison, 1):
             if ev.attempt >= last_attempt:
                 with lock:
                     rec.extra["poisoned"] += 1

@@ -66,7 +66,7 @@ STREAMING_TRIGGER = "10 seconds"
 #: 632,000 entities landed at 0.54 of a plain append in one batch and 0.42 in 250,000-record
 #: batches. So the cap is the largest batch measured to fit the default heap. Spark splits it
 #: over the partitions in proportion to their backlog and rounds each share down, so a backlog
-#: near a multiple of the cap can end in a tail batch of a few records.
+#: at or just over a multiple of the cap can end in a tail batch of a few records.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
 
 _INTERVAL = re.compile(

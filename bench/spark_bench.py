@@ -33,10 +33,11 @@ kind of thread: Spark tasks, the JIT compilers, garbage collection, the rest (dr
 
 Each size's table gives the pipeline's batch time (median / longest; an append's wall time per
 batch) and the table's files at the end (``entities`` for the pipeline). ``PER_TRIGGER`` 0 runs
-without ``maxOffsetsPerTrigger``: the whole backlog in one batch, as the pipeline does by
-default. The catalog scale is ``5000000/5000000/250000`` (3,160,521 entities, about 12 minutes
-here with ``--only merge,merge-dv,append``). ``sweep --deletion-vectors`` adds ``merge-dv``, the
-pipeline with ``deletion_vectors=True``; ``--only`` runs just the named contenders.
+without ``maxOffsetsPerTrigger``: the whole backlog in one batch, as the pipeline does with
+``max_offsets_per_trigger=0`` (its default caps a batch at 1,000,000 records). The catalog
+scale is ``5000000/5000000/250000`` (3,160,521 entities, about 12 minutes here with ``--only
+merge,merge-dv,append``). ``sweep --deletion-vectors`` adds ``merge-dv``, the pipeline with
+``deletion_vectors=True``; ``--only`` runs just the named contenders.
 
 ``sweep --floor`` adds a contender, ``floor``: a lower bound for any pipeline that keeps the
 three tables. Per micro-batch it does what every such design must and nothing more: the

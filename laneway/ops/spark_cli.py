@@ -15,6 +15,7 @@ from typing import Annotated, Any, cast
 import typer
 
 from laneway.ops.bootstrap import Bootstrap, with_client_config
+from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER  # no pyspark import
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
@@ -56,8 +57,13 @@ def run(
         str, typer.Option(help="'available-now' (backfill, then stop) or an interval such as '10s'")
     ] = "available-now",
     max_offsets_per_trigger: Annotated[
-        int | None, typer.Option(help="at most this many records per micro-batch")
-    ] = None,
+        int,
+        typer.Option(
+            help="at most this many records per micro-batch, with either trigger; 0: no cap (a "
+            "backlog in one batch, which must fit the driver's memory: 5,000,000 records do not "
+            "fit the default 1 GB)"
+        ),
+    ] = DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     starting_offsets: Annotated[
         str, typer.Option(help="earliest, latest or JSON; used by a new checkpoint only")
     ] = "earliest",

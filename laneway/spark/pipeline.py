@@ -88,9 +88,7 @@ def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWrite
         .option("subscribe", settings.topic)
         .option("startingOffsets", settings.starting_offsets)
     )
-    if settings.max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    for key, value in settings.kafka_source_options().items():
+    for key, value in settings.kafka_source_options().items():  # the batch cap among them
         reader = reader.option(key, value)
     stream = (
         reader.load()
@@ -115,6 +113,12 @@ def _stream(spark: SparkSession, settings: PipelineSettings, writer: _BatchWrite
             spark.conf.unset(_CHECKPOINT_FILE_MANAGER)
         else:
             spark.conf.set(_CHECKPOINT_FILE_MANAGER, before)
+
+
+def _batch_cap(settings: PipelineSettings) -> str:
+    """The batch cap as the start-up line says it, as Spark's Kafka source gets it."""
+    cap = settings.kafka_source_options().get("maxOffsetsPerTrigger")
+    return f"at most {int(cap):,} records a batch" if cap else "no batch cap: a batch takes all there is"
 
 
 class _StopSignals:
@@ -196,7 +200,11 @@ def run_pipeline(
         except Exception as exc:  # Py4JJavaError / StreamingQueryException while starting
             raise PipelineError(_explain(exc, settings)) from exc
         logger.info(
-            "pipeline started: %s -> %s (trigger %s)", settings.topic, settings.warehouse, settings.trigger
+            "pipeline started: %s -> %s (trigger %s, %s)",
+            settings.topic,
+            settings.warehouse,
+            settings.trigger,
+            _batch_cap(settings),
         )
         progress = (
             GroupProgress(settings.bootstrap, settings.progress_group, settings.topic, settings.client_config)

@@ -1,5 +1,11 @@
 """The pipeline's settings (``PipelineSettings``), its triggers and its Kafka source defaults.
 
+Batch size: a batch takes at most ``max_offsets_per_trigger`` records (Spark's
+``maxOffsetsPerTrigger``; ``DEFAULT_MAX_OFFSETS_PER_TRIGGER``, 1,000,000), with either trigger:
+Spark's Kafka source honours the cap under ``Trigger.AvailableNow`` too (SPARK-36649), so a
+backlog lands in batches of at most that many. 0 or None lifts the cap: the whole backlog is one
+batch.
+
 Triggers: ``available-now`` backfills and stops. For a continuous run use a processing-time
 trigger of ``STREAMING_TRIGGER`` (10 s) or more: a record waits up to one interval for its
 batch to start and then for the batch's MERGEs (a batch of a few hundred records took 3-4 s
@@ -38,6 +44,7 @@ from laneway.kafka.java_config import spark_options
 
 __all__ = [
     "AVAILABLE_NOW",
+    "DEFAULT_MAX_OFFSETS_PER_TRIGGER",
     "SOURCE_DEFAULTS",
     "STREAMING_TRIGGER",
     "PipelineSettings",
@@ -48,6 +55,19 @@ __all__ = [
 AVAILABLE_NOW = "available-now"
 #: the recommended processing-time trigger for a continuous run (module docstring: Triggers)
 STREAMING_TRIGGER = "10 seconds"
+
+#: The records a batch takes at most unless told otherwise (``maxOffsetsPerTrigger``; 0: no cap).
+#: A batch is persisted whole, and with a local master in the driver's JVM, whose heap is Spark's
+#: default 1 GB unless ``spark.driver.memory`` says more. Measured on the benchmark's records
+#: (bench/JOURNAL.md, "the Spark pipeline at catalog scale"): 5,000,000 records in one batch ran
+#: that heap out (``OutOfMemoryError: Java heap space``); 1,000,000 in one batch fit, and so did
+#: 5,000,000 in 1,000,000-record batches, against a 3,000,000-row ``entities``. Large batches are
+#: also the fast ones, since each batch's MERGE copies ``entities`` once: 1,000,000 records over
+#: 632,000 entities landed at 0.54 of a plain append in one batch and 0.42 in 250,000-record
+#: batches. So the cap is the largest batch measured to fit the default heap. Spark splits it
+#: over the partitions in proportion to their backlog and rounds each share down, so a backlog
+#: at or just over a multiple of the cap can end in a tail batch of a few records.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
 
 _INTERVAL = re.compile(
     r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$"
@@ -134,6 +154,9 @@ class PipelineSettings:
       ``max_offsets_per_trigger``, then stop) or a processing-time interval (``"10s"``,
       ``"500ms"``, ``"1 minute"``) for a continuous run; ``STREAMING_TRIGGER`` (10 s) is
       the recommended one.
+    * ``max_offsets_per_trigger``: the records a batch takes at most, with either trigger
+      (``DEFAULT_MAX_OFFSETS_PER_TRIGGER``: 1,000,000, the largest batch measured to fit
+      Spark's default 1 GB driver); 0 or None for no cap: the whole backlog in one batch.
     * ``compact_every``: OPTIMIZE the tables every N batches (0: never).
     * ``deletion_vectors``: a batch small against ``entities`` (at most
       ``DELETION_VECTORS_SHARE_MAX`` of its entities per row) MERGEs by marking the replaced rows
@@ -159,7 +182,7 @@ class PipelineSettings:
     checkpoint: str
     topic: str = "catalog.entities"
     trigger: str = AVAILABLE_NOW
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     starting_offsets: str = "earliest"
     master: str = "local[*]"
     compact_every: int = 50
@@ -180,8 +203,10 @@ class PipelineSettings:
                 errors.append(
                     f"trigger: {self.trigger!r} is neither 'available-now' nor an interval like '10s'"
                 )
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
-            errors.append(f"max_offsets_per_trigger: must be >= 1, got {self.max_offsets_per_trigger}")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 0:
+            errors.append(
+                f"max_offsets_per_trigger: must be >= 0 (0: no cap), got {self.max_offsets_per_trigger}"
+            )
         if self.progress_group is not None and not self.progress_group.strip():
             errors.append("progress_group: a group name, or None for none")
         if self.compact_every < 0:
@@ -212,9 +237,12 @@ class PipelineSettings:
 
     def kafka_source_options(self) -> dict[str, str]:
         """The options the pipeline gives Spark's Kafka source besides the servers, topic and
-        offsets: ``SOURCE_DEFAULTS``, then ``client_config`` as the Java client's ``kafka.`` keys
+        offsets: ``SOURCE_DEFAULTS``, the batch cap (``maxOffsetsPerTrigger``, unless 0 or None),
+        then ``client_config`` as the Java client's ``kafka.`` keys
         (:func:`laneway.kafka.java_config.spark_options`), overridden by ``source_options``."""
-        return {**SOURCE_DEFAULTS, **spark_options(self.client_config), **self.source_options}
+        cap = self.max_offsets_per_trigger
+        limit = {"maxOffsetsPerTrigger": str(cap)} if cap else {}
+        return {**SOURCE_DEFAULTS, **limit, **spark_options(self.client_config), **self.source_options}
 
     @property
     def trigger_interval_ms(self) -> int | None:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import pytest
 
 from laneway.errors import ConfigError
-from laneway.spark import batch, metrics, schema
+from laneway.spark import batch, metrics, pipeline, schema
 from laneway.spark.session import LOG4J2, SessionSettings, extra_jars
-from laneway.spark.settings import AVAILABLE_NOW, PipelineSettings, local_master, shared_path_problem
+from laneway.spark.settings import (
+    AVAILABLE_NOW,
+    DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+    PipelineSettings,
+    local_master,
+    shared_path_problem,
+)
 
 
 def _settings(**kw: object) -> PipelineSettings:
@@ -31,7 +38,41 @@ def test_kafka_source_waits_briefly_at_the_end_of_the_log_unless_told_otherwise(
     # (SOURCE_DEFAULTS); the user's source_options still win, key by key
     assert int(_settings().kafka_source_options()["kafka.fetch.max.wait.ms"]) <= 50
     own = _settings(source_options={"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"})
-    assert own.kafka_source_options() == {"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"}
+    assert own.kafka_source_options() == {
+        "kafka.fetch.max.wait.ms": "500",
+        "failOnDataLoss": "false",
+        "maxOffsetsPerTrigger": "1000000",
+    }
+
+
+def test_batches_are_capped_by_default_and_0_lifts_the_cap() -> None:
+    # one batch of 5,000,000 records ran Spark's default 1 GB driver out of memory; 1,000,000 fit
+    assert DEFAULT_MAX_OFFSETS_PER_TRIGGER == 1_000_000
+    assert _settings().max_offsets_per_trigger == DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    assert _settings().kafka_source_options()["maxOffsetsPerTrigger"] == "1000000"
+    assert _settings(max_offsets_per_trigger=50).kafka_source_options()["maxOffsetsPerTrigger"] == "50"
+    for none in (0, None):  # the whole backlog in one batch
+        assert "maxOffsetsPerTrigger" not in _settings(max_offsets_per_trigger=none).kafka_source_options()
+    # the start-up line says what Spark's source gets
+    assert pipeline._batch_cap(_settings()) == "at most 1,000,000 records a batch"
+    assert pipeline._batch_cap(_settings(max_offsets_per_trigger=0)).startswith("no batch cap")
+    own = _settings(source_options={"maxOffsetsPerTrigger": "7"})
+    assert pipeline._batch_cap(own) == "at most 7 records a batch"
+
+
+def test_pipeline_run_help_shows_the_batch_cap_and_its_default() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from laneway.ops import spark_cli
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    spark_cli.register(app)
+    result = CliRunner().invoke(app, ["pipeline", "run", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "--max-offsets-per-trigger" in text and "0: no cap" in text, text
+    assert re.search(r"--max-offsets-per-trigger .*?\[default: 1000000\]", text), text
 
 
 @pytest.mark.parametrize(
@@ -53,7 +94,7 @@ def test_bad_settings_name_every_bad_field() -> None:
         _settings(
             bootstrap=" ",
             trigger="soon",
-            max_offsets_per_trigger=0,
+            max_offsets_per_trigger=-1,
             compact_every=-1,
             starting_offsets="yesterday",
         )

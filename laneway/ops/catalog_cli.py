@@ -40,7 +40,9 @@ def _kafka_errors() -> Iterator[None]:
     from laneway.kafka import admin as ka
     from laneway.ops.cli import fail
 
-    ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
+    # connection noise, and a fatal error's line (an ACL refusing the idempotent producer): the
+    # message says it once
+    ka.client_logger.setLevel(logging.CRITICAL + 1)
     try:
         yield
     except ka.AdminError as exc:

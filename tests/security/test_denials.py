@@ -135,14 +135,14 @@ DENIALS = {
         ["catalog", "generate", "--topic", "{topic}", "--entities", "5", "--events", "5", "--no-progress"],
         ["topic '{topic}'", "Write"],
     ),
-    "reader: catalog sync (the dead-letter topic's write)": (
+    "reader: catalog sync (the snapshots' write)": (
         "reader",
         [
             *("catalog", "sync", "--changes-topic", "{topic}", "--entities-topic", "{entities}"),
             *("--dead-letter-topic", "{dlq}", "--group-id", "reader-{hex}", "--delay", "0"),
             *("--until-caught-up", "--timeout", "20"),
         ],
-        ["topic '{dlq}'", "Write"],
+        ["write to topic '{entities}'", "Write"],
     ),
     "app: catalog sync in another group": (
         "app",
@@ -258,3 +258,21 @@ def test_an_app_run_as_the_reader_fails_its_check_on_the_dead_letter_topic(
     text = str(info.value)
     assert f"write to topic {scene.dlq!r}" in text and "it needs Write on the topic" in text, text
     assert "'reader'" in text and "\n" not in text
+
+
+def test_replay_into_a_group_it_may_describe_but_not_read_names_the_group(
+    secure_broker: SecureBroker, scene: Scene, describe_only_group: str
+) -> None:
+    """The plan reads the group (Describe); writing its offsets needs Read on it."""
+    ran = laneway(
+        secure_broker,
+        *("replay", describe_only_group, "--to-earliest", "--topic", scene.topic),
+        config=secure_broker.config_path("app"),
+    )
+    assert ran.code == 2, ran
+    line = _one_line(ran.stderr)
+    assert (
+        line.startswith("error: access denied: ")
+        and f"commit offsets to group '{describe_only_group}'" in line
+    )
+    assert "it needs Read on the group" in line, line

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,7 +158,22 @@ def produce(
         **active(),  # the command's --client-config
     }
     conf.update(producer_config or {})
+    fatal: list[KafkaError] = []
     producer = Producer(conf)
+
+    def serve(call: Callable[[float], object], timeout: float) -> None:
+        """A poll or flush of ``producer``. A fatal error (the ACLs refuse the idempotent producer
+        its id, say) is raised out of it, as a SystemError when delivery callbacks ran after it
+        was set: it is kept in ``fatal`` and the run stops on it."""
+        try:
+            call(timeout)
+        except (KafkaException, SystemError) as exc:
+            cause = exc if isinstance(exc, KafkaException) else exc.__cause__
+            err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+            if not isinstance(err, KafkaError):
+                raise
+            fatal.append(err)
+
     per_key: Counter[str] = Counter()
     per_partition: Counter[int] = Counter()
     errors: list[str] = []
@@ -198,12 +213,12 @@ def produce(
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task(f"producing to {topic}", total=n)
         for r in records:
-            if errors or refused or stalled():  # a gap in some key's versions from here on
+            if errors or refused or fatal or stalled():  # a gap in some key's versions from here on
                 break
             if scale:
                 wait = t0 + r.arrival_ms * scale - time.monotonic()
                 if wait > 0:
-                    producer.poll(wait)
+                    serve(producer.poll, wait)
             if len(producer) == 0:  # nothing was waiting: the stall clock starts now
                 answered_at = time.monotonic()
             while True:
@@ -212,23 +227,29 @@ def produce(
                     sent += 1
                     break
                 except BufferError:  # the local queue is full: wait for answers
-                    producer.poll(0.1)
+                    serve(producer.poll, 0.1)
                     if errors or stalled():
                         break
                 except KafkaException as exc:  # refused at once: the topic is gone, a fatal error
                     refused = _kafka_text(exc)
                     break
-            producer.poll(0)
+            serve(producer.poll, 0)
             if sent % 1000 == 0:
                 bar.update(task, completed=sent)
-        while len(producer) > 0 and not errors and not stalled():
-            producer.flush(0.5)
+        while len(producer) > 0 and not errors and not fatal and not stalled():
+            serve(producer.flush, 0.5)
         if len(producer) > 0:  # stopped: what the client still holds will not be waited for
             producer.purge(in_queue=True, in_flight=True)
-            producer.flush(1.0)
+            serve(producer.flush, 1.0)
         bar.update(task, completed=sent)
     seconds = time.monotonic() - t0
     acknowledged = sum(per_partition.values())
+    if fatal:  # an ACL denial: the one line naming the setting (KafkaAccessDenied)
+        from laneway.kafka.access import raise_if_denied
+
+        doing = f"write to topic {topic!r} with an idempotent producer (Write on the topic)"
+        raise_if_denied(fatal[0], active(), doing=doing)
+        errors.insert(0, fatal[0].str())
     if acknowledged < n:
         if refused:
             reason = f"the client refused a record: {refused}"

@@ -6,35 +6,40 @@ until its timeout. An ACL that denies a topic or a group comes back as an error 
 request or a poll. :func:`classify` turns either into a :class:`KafkaAuthError` or a
 :class:`KafkaAccessDenied`, each a :class:`~laneway.errors.ConfigError` whose ``field`` names
 the setting to fix and whose text is one line (secrets scrubbed); :class:`ErrorWatch` is an
-``error_cb`` that keeps the first one, and :func:`probe` asks for metadata in short steps,
-raising it as soon as it is seen.
+``error_cb`` (and, through :meth:`ErrorWatch.logger`, a log hook) that keeps the first one, and
+:func:`probe` asks for metadata in short steps, raising it as soon as it is seen.
 
     watch = ErrorWatch(settings)
-    admin = AdminClient({**settings, "error_cb": watch})
+    admin = AdminClient({**settings, "error_cb": watch, "logger": watch.logger(logging.getLogger("kafka"))})
     md = probe(admin, watch, timeout=5.0)         # KafkaAuthError within a second, not a hang
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
 
 __all__ = [
     "DENIED",
+    "Ask",
     "ErrorWatch",
     "KafkaAccessDenied",
     "KafkaAccessError",
     "KafkaAuthError",
     "as_access_error",
     "check_access",
+    "check_group",
+    "check_operations",
     "classify",
     "probe",
     "raise_if_denied",
@@ -80,6 +85,67 @@ _DOING: Final = {
 #: the refusals raise_if_denied raises (the others are guesses from a dropped connection)
 _RUNNING_FIELDS: Final = frozenset({"sasl.username", "sasl.password", "ssl.ca.location"})
 _AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)")
+#: the protocols without TLS: a client of these at a TLS listener gets a closed connection
+_PLAIN: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
+
+
+def _closed_at_handshake(lowered: str) -> bool:
+    """librdkafka's text for a connection the broker dropped at the client's first request (the
+    ApiVersion query): a TLS or SASL listener does that to a client that speaks neither. The
+    answer a TLS listener sends (an alert) reads as an impossible response size."""
+    first_request = "state apiversion_query" in lowered or "requesting apiversion" in lowered
+    closed = "connection closed by peer" in lowered or "receive 0 after pollin" in lowered
+    return first_request and (closed or "invalid response size" in lowered)
+
+
+#: kafka-acls' option for each resource an authorization code names
+_ACL_FLAG: Final = {
+    "topic": "--topic",
+    "group": "--group",
+    "cluster": "--cluster",
+    "transactional id": "--transactional-id",
+}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a request asked of the ACLs, for a denial's line: ``Ask("describe", "group",
+    "orders", "Describe")`` reads "describe group 'orders'" and names the missing ACL operation
+    (``Describe`` on the group) and the kafka-acls command that grants it."""
+
+    verb: str  # "read", "write to", "describe", "create", "read the configuration of", "use"
+    resource: str  # "topic", "group", "cluster", "transactional id" (a key of DENIED's values)
+    name: str
+    operation: str  # the ACL operation: Read, Write, Describe, Create, DescribeConfigs ...
+    #: ``name`` is a prefix (the tools' groups ``laneway-tools-<random>``): read "name*"
+    prefixed: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.resource} {self.name + ('*' if self.prefixed else '')!r}"
+
+    def grant(self, principal: str) -> str:
+        """The kafka-acls command that grants it to ``principal`` (``User:app``)."""
+        target = _ACL_FLAG[self.resource] + ("" if self.resource == "cluster" else f" {self.name}")
+        pattern = " --resource-pattern-type prefixed" if self.prefixed else ""
+        return (
+            f"kafka-acls --add --allow-principal {principal} --operation {self.operation} {target}{pattern}"
+        )
+
+
+Doing = str | Ask | Sequence[Ask] | None
+
+
+def _asked(code: int, doing: Doing) -> str | Ask:
+    """What a denial with ``code`` refused: the :class:`Ask` among ``doing`` on the resource
+    the code names (a group's code, a topic's request: the group), else a default phrase."""
+    kind = DENIED[code]
+    asks = [doing] if isinstance(doing, Ask) else [] if doing is None or isinstance(doing, str) else doing
+    for ask in asks:
+        if ask.resource == kind:
+            return ask
+    if isinstance(doing, str):
+        return doing
+    return _DOING.get(code, f"use this {kind}")
 
 
 def _where(text: str, settings: Mapping[str, Any]) -> str:
@@ -89,16 +155,16 @@ def _where(text: str, settings: Mapping[str, Any]) -> str:
 
 def _detail(text: str, settings: Mapping[str, Any]) -> str:
     """librdkafka's text without its address prefix and timing, secrets scrubbed."""
-    text = _AFTER.sub("", re.sub(r"^\s*\S+://\S+?/\S*?: ", "", text))
+    text = _AFTER.sub("", re.sub(r"^\s*(?:\w+://)?\S+?/\S*?: ", "", text))
     return secrets.scrub(text, secrets.secret_values(settings))
 
 
-def classify(
-    err: KafkaError, settings: Mapping[str, Any], *, doing: str | None = None
-) -> KafkaAccessError | None:
+def classify(err: KafkaError, settings: Mapping[str, Any], *, doing: Doing = None) -> KafkaAccessError | None:
     """``err`` as a one-line :class:`KafkaAccessError`, or None when it is another kind of
     error. ``settings`` are the client's (for the user name, the protocol, and the secrets to
-    scrub); ``doing`` says what was asked (``"read topic 'orders'"``) for an ACL denial."""
+    scrub); ``doing`` says what was asked, for an ACL denial: an :class:`Ask` (the line then
+    names the missing ACL operation and the kafka-acls command that grants it), several (the
+    one on the resource the code names is used), or a phrase (``"read topic 'orders'"``)."""
     code, text = err.code(), err.str()
     detail, where = _detail(text, settings), _where(text, settings)
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
@@ -106,12 +172,20 @@ def classify(
     who = f"user {user!r}" if user else "this client"
     lowered = text.lower()
     if code in DENIED:
-        what = doing or _DOING.get(code, f"use this {DENIED[code]}")
+        what = _asked(code, doing)
+        if isinstance(what, Ask):
+            principal = f"User:{user}" if user else "the client's principal"
+            needs = f"; it needs {what.operation} on the {what.resource}"
+            grant = f"grant it ({what.grant(principal)})"
+        else:
+            needs, grant = (
+                "",
+                "grant it (kafka-acls; docs/security.md lists what each command and an app need)",
+            )
         return KafkaAccessDenied(
             "sasl.username",
-            f"access denied: the cluster's ACLs do not let {who} {what} ({err.name()}): grant it "
-            "(kafka-acls; docs/security.md lists what each command and an app need) or connect as a "
-            "user that has it (sasl.username)",
+            f"access denied: the cluster's ACLs do not let {who} {what} ({err.name()}{needs}): {grant} "
+            "or connect as a user that has it (sasl.username)",
             err.name(),
         )
     if code in _TLS_CODES and ("certificate verify failed" in lowered or "could not be verified" in lowered):
@@ -133,6 +207,15 @@ def classify(
             "ssl.certificate.location",
             f"the TLS handshake with {where} failed ({detail}): check ssl.certificate.location and "
             "ssl.key.location (a listener that wants a client certificate) and ssl.ca.location",
+            err.name(),
+        )
+    if code == KafkaError._TRANSPORT and protocol in _PLAIN and _closed_at_handshake(lowered):
+        return KafkaAuthError(
+            "security.protocol",
+            f"the broker at {where} closed the connection during the handshake ({detail}): the listener "
+            f"likely needs TLS or SASL, but security.protocol is {protocol}: set security.protocol "
+            "(SASL_SSL, SSL, SASL_PLAINTEXT) and its settings in the client config (--client-config "
+            "FILE, or App(kafka_config=...); docs/security.md)",
             err.name(),
         )
     if code == KafkaError._TRANSPORT and "connecting to a ssl listener" in lowered:
@@ -161,7 +244,7 @@ def classify(
     return None
 
 
-def raise_if_denied(err: KafkaError | None, settings: Mapping[str, Any], *, doing: str | None = None) -> None:
+def raise_if_denied(err: KafkaError | None, settings: Mapping[str, Any], *, doing: Doing = None) -> None:
     """Raise :func:`classify`'s error for ``err`` when there is one (a running client's error:
     a revoked grant or a removed user stops the app instead of a silent stall). Only an ACL
     denial, a refused login and an untrusted certificate: the protocol guesses :func:`classify`
@@ -201,12 +284,39 @@ class ErrorWatch:
                 if self.found is None:
                     self.found = found
 
+    def line(self, text: str) -> None:
+        """A librdkafka log line: a connection it failed (``FAIL``) is classified as its error
+        callback's errors are. A listener that closes the connection during the handshake (a
+        client without TLS or SASL at a SASL_SSL listener) shows in these lines only: the error
+        callback hears "all brokers are down" and nothing more."""
+        if text.startswith("FAIL "):
+            self(KafkaError(KafkaError._TRANSPORT, text.split("]: ", 1)[-1]))
+
+    def logger(self, base: Any) -> Any:
+        """A ``logger`` for the client: each line to :meth:`line`, then to ``base`` (a
+        :class:`logging.Logger`; librdkafka's lines are served by the client's ``poll``)."""
+        return _WatchingLogger(self, base)
+
     def check(self) -> None:
         """Raise the error seen, if any."""
         with self._lock:
             found = self.found
         if found is not None:
             raise found
+
+
+class _WatchingLogger:
+    """What confluent-kafka calls for a log line (``log(level, fmt, *args)``): the watch hears it,
+    then the logger it wraps logs it."""
+
+    def __init__(self, watch: ErrorWatch, base: Any) -> None:
+        self._watch = watch
+        self._base = base
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        with contextlib.suppress(TypeError, ValueError):  # a line that does not format: the logger says so
+            self._watch.line(msg % args if args else msg)
+        self._base.log(level, msg, *args)
 
 
 def probe(client: Any, watch: ErrorWatch, timeout: float, *, step: float = 0.5) -> Any:
@@ -239,10 +349,8 @@ def check_access(
     """Raise :class:`KafkaAccessDenied` when the ACLs hide one of ``topics`` (name -> what the
     app does with it: ``"read"``, ``"write to"``). A topic the metadata ``md`` leaves out may be
     one the ACLs hide: it is asked for by name, so a denial fails an app's start naming it, not
-    as a missing topic. A denied group shows when the consumers join it (a poll's
-    GROUP_AUTHORIZATION_FAILED stops the app): asking for a group's offsets from an admin
-    client can crash confluent-kafka 2.16 (a segmentation fault, seen for a group without
-    offsets). Other errors are left to the caller's checks."""
+    as a missing topic. Other errors are left to the caller's checks; a topic the user sees but
+    may not read or write is :func:`check_operations`', a group :func:`check_group`'s."""
     for topic, doing in topics.items():
         if topic in md.topics:
             continue
@@ -251,4 +359,78 @@ def check_access(
         except KafkaException:
             continue
         if found is not None:
-            raise_if_denied(found.error, settings, doing=f"{doing} topic {topic!r}")
+            ask = Ask(doing, "topic", topic, _TOPIC_OPERATION.get(doing, "Describe"))
+            raise_if_denied(found.error, settings, doing=ask)
+
+
+#: the ACL operation each use of a topic needs (check_access's ``topics`` values)
+_TOPIC_OPERATION: Final = {"read": "Read", "write to": "Write"}
+
+
+def _denied(code: int, settings: Mapping[str, Any], ask: Ask) -> KafkaAccessError:
+    found = classify(KafkaError(code, "the ACLs grant no such operation"), settings, doing=ask)
+    assert found is not None  # every code of DENIED is a denial
+    return found
+
+
+def _granted(described: Any) -> set[str] | None:
+    """The ACL operations a describe result says the user has (``None``: the broker did not say)."""
+    ops = getattr(described, "authorized_operations", None)
+    if not ops:
+        return None
+    names = {getattr(op, "name", str(op)) for op in ops}
+    return {"READ", "WRITE", "DESCRIBE"} if "ALL" in names else names
+
+
+def check_group(
+    admin: Any, group: str, settings: Mapping[str, Any], timeout: float, *, doing: str = "use"
+) -> None:
+    """Raise :class:`KafkaAccessDenied` naming ``group`` when the ACLs do not let the user read
+    it (join it, commit and fetch its offsets: Read on the group), before a consumer joins it.
+
+    Asked with ``describe_consumer_groups`` and the authorized operations: a group the user may
+    not describe is GROUP_AUTHORIZATION_FAILED at once; one it may describe but not read shows
+    without Read among its operations. (A consumer's ``committed()`` in a denied group waits
+    out its whole timeout, and ``list_consumer_group_offsets`` can crash confluent-kafka 2.16.)
+    Other errors are left to the consumers."""
+    ask = Ask(doing, "group", group, "Read")
+    try:
+        futures = admin.describe_consumer_groups(
+            [group], include_authorized_operations=True, request_timeout=timeout
+        )
+        described = futures[group].result(timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError):
+            raise_if_denied(err, settings, doing=ask)
+        return
+    granted = _granted(described)
+    if granted is not None and "READ" not in granted:
+        raise _denied(KafkaError.GROUP_AUTHORIZATION_FAILED, settings, ask)
+
+
+def check_operations(
+    admin: Any, topics: Mapping[str, str], settings: Mapping[str, Any], timeout: float
+) -> None:
+    """Raise :class:`KafkaAccessDenied` when the ACLs let the user see one of ``topics`` (name
+    -> ``"read"`` or ``"write to"``) but not do that with it: a reader's dead-letter topic, say,
+    fails the start instead of the first dead letter. Topics it may not see, and brokers that do
+    not report authorized operations, are left to :func:`check_access` and the clients."""
+    if not topics:
+        return
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(list(topics)), include_authorized_operations=True, request_timeout=timeout
+        )
+    except KafkaException:
+        return
+    for topic, doing in topics.items():
+        try:
+            granted = _granted(futures[topic].result(timeout))
+        except KafkaException:
+            continue  # unknown or hidden: the other checks say so
+        operation = _TOPIC_OPERATION.get(doing, "Read")
+        if granted is not None and operation.upper() not in granted:
+            raise _denied(
+                KafkaError.TOPIC_AUTHORIZATION_FAILED, settings, Ask(doing, "topic", topic, operation)
+            )

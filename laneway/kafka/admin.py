@@ -33,7 +33,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from laneway.errors import LanewayError
-from laneway.kafka.access import ErrorWatch, KafkaAccessError, probe, raise_if_denied
+from laneway.kafka.access import Ask, Doing, ErrorWatch, KafkaAccessError, probe, raise_if_denied
 from laneway.kafka.client_config import active
 from laneway.kafka.logs import librdkafka_logger
 
@@ -126,6 +126,7 @@ def connect(bootstrap: str, timeout: float = 5.0) -> AdminClient:
     config: dict[str, Any] = client_config(bootstrap)
     watch = ErrorWatch(config)  # a refused login or certificate: one line within a second
     config["error_cb"] = watch
+    config["logger"] = watch.logger(config["logger"])  # a listener that wants TLS or SASL
     admin = AdminClient(config)
     try:
         md = probe(admin, watch, timeout)
@@ -136,13 +137,16 @@ def connect(bootstrap: str, timeout: float = 5.0) -> AdminClient:
     return admin
 
 
-def future_result(future: Any, what: str, timeout: float = 30.0) -> Any:
+def future_result(future: Any, what: str, timeout: float = 30.0, *, doing: Doing = None) -> Any:
+    """The future's result; an ACL denial raises the one-line access error (``doing``: what was
+    asked, an :class:`~laneway.kafka.access.Ask` naming the resource and the ACL operation),
+    any other failure :class:`AdminError` ``"{what}: {librdkafka's text}"``."""
     try:
         return future.result(timeout)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
         if isinstance(err, confluent_kafka.KafkaError):
-            raise_if_denied(err, active(), doing=what)
+            raise_if_denied(err, active(), doing=doing)
         text = err.str() if isinstance(err, confluent_kafka.KafkaError) else str(err)
         raise AdminError(f"{what}: {text}") from exc
 
@@ -204,7 +208,7 @@ def topic_partitions(admin: AdminClient, topic: str) -> list[Any]:
     md = admin.list_topics(topic, timeout=10)
     t = md.topics.get(topic)
     if t is not None:
-        raise_if_denied(t.error, active(), doing=f"describe topic {topic!r}")
+        raise_if_denied(t.error, active(), doing=Ask("describe", "topic", topic, "Describe"))
     if t is None or t.error is not None or not t.partitions:
         raise UnknownTopicError(f"unknown topic {topic!r}")
     return [t.partitions[p] for p in sorted(t.partitions)]
@@ -218,8 +222,13 @@ def watermarks(admin: AdminClient, tps: Sequence[tuple[str, int]]) -> dict[tuple
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     low = admin.list_offsets({TopicPartition(t, p): earliest for t, p in tps})
     high = admin.list_offsets({TopicPartition(t, p): latest for t, p in tps})
-    lows = {(k.topic, k.partition): future_result(f, "reading offsets").offset for k, f in low.items()}
-    highs = {(k.topic, k.partition): future_result(f, "reading offsets").offset for k, f in high.items()}
+
+    def offset(tp: TopicPartition, future: Any) -> int:
+        ask = Ask("read the offsets of", "topic", tp.topic, "Describe")
+        return int(future_result(future, "reading offsets", doing=ask).offset)
+
+    lows = {(k.topic, k.partition): offset(k, f) for k, f in low.items()}
+    highs = {(k.topic, k.partition): offset(k, f) for k, f in high.items()}
     return {tp: (lows[tp], highs[tp]) for tp in lows}
 
 
@@ -232,7 +241,11 @@ def describe_topic(
     marks = watermarks(admin, [(topic, p.id) for p in parts])
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
-        entries = future_result(admin.describe_configs([resource])[resource], f"describing {topic!r}")
+        entries = future_result(
+            admin.describe_configs([resource])[resource],
+            f"describing {topic!r}",
+            doing=Ask("read the configuration of", "topic", topic, "DescribeConfigs"),
+        )
         config = {k: str(v.value) for k, v in sorted(entries.items()) if v.value is not None}
     except KafkaAccessError:
         if config_if_denied is None:
@@ -287,6 +300,7 @@ def create_topic(
         err = exc.args[0]
         if err.code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
             raise AdminError(f"topic {name!r} already exists") from exc
+        raise_if_denied(err, active(), doing=Ask("create", "topic", name, "Create"))
         raise AdminError(f"creating topic {name!r} failed: {err.str()}") from exc
     deadline = time.monotonic() + timeout
     while True:  # metadata may lag the creation by a moment

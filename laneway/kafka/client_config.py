@@ -34,6 +34,8 @@ from laneway.errors import ConfigError
 from laneway.kafka import secrets
 
 __all__ = [
+    "API_ARGUMENT",
+    "CLI_OPTION",
     "ENV_VAR",
     "active",
     "load_client_config",
@@ -44,6 +46,10 @@ __all__ = [
 
 #: the environment variable the command lines read when ``--client-config`` is not given
 ENV_VAR: Final = "LANEWAY_CLIENT_CONFIG"
+#: where a file came from, as :func:`load_client_config`'s hint names it: the Python API's
+#: argument (``App(client_config=...)``) or the command lines' option and variable
+API_ARGUMENT: Final = "the client_config= argument of App"
+CLI_OPTION: Final = f"--client-config / ${ENV_VAR}"
 
 _FIELD: Final = "client_config"
 
@@ -227,15 +233,17 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def load_client_config(path: str | Path) -> dict[str, str]:
+def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dict[str, str]:
     """The librdkafka settings of the properties file at ``path``; a :class:`ConfigError`
-    naming the file when it cannot be read, and the key when one cannot be translated. The
-    file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
+    naming the file when it cannot be read, and the key when one cannot be translated. A
+    missing file's error names ``given_by``, where the path came from: the Python API's
+    ``client_config=`` argument (the default) or, from the command lines, :data:`CLI_OPTION`.
+    The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(_FIELD, f"no such file: {p} (--client-config / ${ENV_VAR})") from None
+        raise ConfigError(_FIELD, f"no such file: {p} ({given_by})") from None
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError(_FIELD, f"cannot read {p}: {why}") from None

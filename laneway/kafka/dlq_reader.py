@@ -14,18 +14,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import confluent_kafka
 import orjson
 from confluent_kafka import TopicPartition
 
 from laneway.kafka import headers as h
-from laneway.kafka.access import raise_if_denied
+from laneway.kafka.access import Ask, raise_if_denied
 from laneway.kafka.admin import AdminError, InvalidInputError, UnknownTopicError, client_config
 from laneway.kafka.client_config import active
 
 __all__ = [
+    "TOOLS_GROUP_PREFIX",
     "DeadLetter",
     "Filter",
     "LedgerEntry",
@@ -136,6 +137,10 @@ def parse_filters(specs: Iterable[str]) -> list[Filter]:
     return out
 
 
+#: the prefix of the tools' own consumer groups (``dlq show``, ``dlq redrive``)
+TOOLS_GROUP_PREFIX: Final = "laneway-tools-"
+
+
 def tool_consumer(bootstrap: str, *, read_committed: bool, reset: str) -> confluent_kafka.Consumer:
     """A consumer of a group of its own that commits nothing and reports each partition's end;
     ``reset``: where it starts at an offset that is not there (``earliest``, ``error``)."""
@@ -143,7 +148,7 @@ def tool_consumer(bootstrap: str, *, read_committed: bool, reset: str) -> conflu
         client_config(
             bootstrap,
             **{
-                "group.id": f"laneway-tools-{uuid.uuid4().hex[:8]}",
+                "group.id": f"{TOOLS_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": reset,
@@ -167,7 +172,7 @@ def _read_topic(
         md = consumer.list_topics(topic, timeout=10)
         t = md.topics.get(topic)
         if t is not None:
-            raise_if_denied(t.error, active(), doing=f"describe topic {topic!r}")
+            raise_if_denied(t.error, active(), doing=Ask("describe", "topic", topic, "Describe"))
         if t is None or t.error is not None or not t.partitions:
             raise UnknownTopicError(f"unknown topic {topic!r}")
         total = 0
@@ -191,7 +196,9 @@ def _read_topic(
                 if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition() or 0)
                     continue
-                raise_if_denied(err, active(), doing=f"read topic {topic!r}")
+                # the tool's own group (laneway-tools-<random>) is asked for too: a denial names it
+                group = Ask("use", "group", TOOLS_GROUP_PREFIX, "Read", prefixed=True)
+                raise_if_denied(err, active(), doing=[Ask("read", "topic", topic, "Read"), group])
                 raise AdminError(f"reading {topic!r}: {err.str()}")
             done += 1
             if progress is not None:

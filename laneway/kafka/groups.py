@@ -6,7 +6,9 @@ age of the oldest unconsumed record and the records finished beyond the committe
     print(lag.total, [(p.partition, p.lag, p.oldest_age, p.finished_beyond) for p in lag.partitions])
 
 Errors: the :mod:`laneway.kafka.admin` ones (:class:`~laneway.kafka.admin.UnknownGroupError`
-for a group with no members and no committed offsets).
+for a group with no members and no committed offsets), and
+:class:`~laneway.kafka.access.KafkaAccessDenied` for a group the ACLs do not let the user
+describe.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 
 from laneway.engine import gaps
+from laneway.kafka.access import Ask, raise_if_denied
 from laneway.kafka.admin import AdminError, UnknownGroupError, client_config, future_result, watermarks
+from laneway.kafka.client_config import active
 
 __all__ = ["GroupLag", "GroupState", "PartitionLag", "group_lag", "group_state", "require_group"]
 
@@ -49,6 +53,8 @@ def group_state(admin: AdminClient, group: str) -> GroupState:
             break
         except KafkaException as exc:
             err = exc.args[0]
+            # the ACLs: one "access denied" line naming the group and the operation
+            raise_if_denied(err, active(), doing=Ask("describe", "group", group, "Describe"))
             if not err.retriable() and err.code() != confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
                 raise AdminError(f"describing group {group!r}: {err.str()}") from exc
             if time.monotonic() > deadline:
@@ -62,6 +68,7 @@ def group_state(admin: AdminClient, group: str) -> GroupState:
     res = future_result(
         admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
         f"reading offsets of group {group!r}",
+        doing=Ask("read the committed offsets of", "group", group, "Describe"),
     )
     parts = [tp for tp in res.topic_partitions or [] if tp.offset >= 0]
     committed = {(tp.topic, tp.partition): tp.offset for tp in parts}

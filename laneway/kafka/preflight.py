@@ -1,5 +1,6 @@
 """The checks before an app starts: its settings build clients, a broker answers, the
-cluster lets its user in, and its topics exist. Each failure is one :class:`ConfigError`
+cluster lets its user in, the ACLs let it read its topics and group and write its dead-letter
+topics, and its topics exist. Each failure is one :class:`ConfigError`
 naming the setting to fix, within seconds for a refused login or certificate (not a hang)."""
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def preflight(
     handlers: Iterable[HandlerSpec],
 ) -> None:
     """Raise :class:`ConfigError` (or one of :mod:`laneway.kafka.access`'s) naming the field at
-    fault: settings librdkafka refuses, no broker within ``timeout``, access the ACLs deny, a
-    missing topic or dead-letter topic."""
+    fault: settings librdkafka refuses, no broker within ``timeout``, access the ACLs deny (a
+    topic, a dead-letter topic, the group), a missing topic or dead-letter topic."""
     handlers = list(handlers)
     quiet = logging.getLogger("laneway.app.check")
     quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
@@ -39,7 +40,7 @@ def preflight(
     try:
         conf: dict[str, Any] = {**client_config, "socket.connection.setup.timeout.ms": 3000}
         conf["error_cb"] = watch
-        admin = AdminClient(conf, logger=quiet)
+        admin = AdminClient(conf, logger=watch.logger(quiet))  # its lines: a listener wanting TLS
         # librdkafka validates consumer and producer properties only when such a client is built
         Consumer({**client_config, "group.id": group_id}, logger=quiet).close()
         field = "producer_config"
@@ -60,6 +61,12 @@ def preflight(
         **{h.dlq_topic: "write to" for h in handlers if h.on_failure == "dead_letter"},
     }
     access.check_access(admin, md, wanted, client_config, timeout)
+    # seen but not readable or writable (a reader's dead-letter topic), a group it may not use:
+    # one line now, not a dead letter that cannot be written or a join refused after the start
+    access.check_operations(
+        admin, {t: d for t, d in wanted.items() if t in md.topics}, client_config, timeout
+    )
+    access.check_group(admin, group_id, client_config, timeout)
     for spec in handlers:
         if spec.topic not in md.topics:
             raise ConfigError(

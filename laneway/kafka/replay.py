@@ -20,6 +20,7 @@ from typing import Literal
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from laneway.kafka.access import Ask, raise_if_denied
 from laneway.kafka.admin import (
     AdminError,
     GroupActiveError,
@@ -28,6 +29,7 @@ from laneway.kafka.admin import (
     topic_partitions,
     watermarks,
 )
+from laneway.kafka.client_config import active
 from laneway.kafka.groups import GroupState, group_state, require_group
 
 __all__ = ["ResetPlan", "ResetRow", "ResetTarget", "apply_reset", "check_no_live_members", "plan_reset"]
@@ -129,7 +131,9 @@ def plan_reset(
         ts = target.timestamp_ms
         futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for t, p in tps})
         at_time = {
-            (k.topic, k.partition): future_result(f, "looking up offsets by time").offset
+            (k.topic, k.partition): future_result(
+                f, "looking up offsets by time", doing=Ask("look up offsets of", "topic", k.topic, "Describe")
+            ).offset
             for k, f in futures.items()
         }
     rows = []
@@ -177,11 +181,15 @@ def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
     req = ConsumerGroupTopicPartitions(
         plan.target_group, [TopicPartition(r.topic, r.partition, r.after) for r in plan.rows]
     )
+    ask = Ask("commit offsets to", "group", plan.target_group, "Read")
     res = future_result(
-        admin.alter_consumer_group_offsets([req])[plan.target_group], f"resetting {plan.target_group!r}"
+        admin.alter_consumer_group_offsets([req])[plan.target_group],
+        f"resetting {plan.target_group!r}",
+        doing=ask,
     )
     failed = [tp for tp in res.topic_partitions or [] if tp.error is not None]
-    if failed:
+    if failed:  # each partition's error: the ACLs' refusal is the group's
+        raise_if_denied(failed[0].error, active(), doing=ask)
         raise AdminError(
             f"resetting {plan.target_group!r} failed for "
             f"{failed[0].topic}:{failed[0].partition}: {failed[0].error}"

@@ -96,7 +96,7 @@ def with_client_config(fn: Callable[P, R]) -> Callable[P, R]:
         from laneway.ops.cli import fail
 
         try:
-            settings = cc.load_client_config(client_config) if client_config else {}
+            settings = cc.load_client_config(client_config, given_by=cc.CLI_OPTION) if client_config else {}
         except ConfigError as exc:
             raise fail(str(exc)) from None
         # the file's bootstrap.servers: after --bootstrap, before $LANEWAY_BOOTSTRAP

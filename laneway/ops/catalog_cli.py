@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,11 +40,31 @@ def _kafka_errors() -> Iterator[None]:
     from laneway.kafka import admin as ka
     from laneway.ops.cli import fail
 
-    ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
+    # connection noise, and a fatal error's line (an ACL refusing the idempotent producer): the
+    # message says it once
+    ka.client_logger.setLevel(logging.CRITICAL + 1)
     try:
         yield
     except ka.AdminError as exc:
         raise fail(str(exc)) from exc
+
+
+def _check_sync_access(address: str, settings: Any) -> None:
+    """Before the sync's producers start: the ACLs let the user read the changes and the group,
+    and write the snapshots and the dead letters (a denial is one line, not an idempotent
+    producer's fatal error on a background thread)."""
+    from laneway.kafka import admin as ka
+    from laneway.kafka.access import check_group, check_operations
+    from laneway.kafka.client_config import active
+
+    admin, conf = ka.connect(address), active()
+    wanted = {
+        settings.changes_topic: "read",
+        settings.entities_topic: "write to",
+        settings.dead_letter_topic: "write to",
+    }
+    check_operations(admin, wanted, conf, 10.0)
+    check_group(admin, settings.group_id, conf, 10.0)
 
 
 def _resolve(bootstrap: str | None) -> str:
@@ -186,6 +206,7 @@ def sync_cmd(
     )
     with _kafka_errors():
         ensure_topics(address, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})
+        _check_sync_access(address, settings)
     sync = CatalogSync(
         settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
     )

@@ -124,7 +124,7 @@ def run(
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     from laneway.kafka import admin as ka
-    from laneway.kafka.access import check_access
+    from laneway.kafka.access import KafkaAccessDenied, check_access, check_group
 
     ka.client_logger.setLevel(logging.CRITICAL)  # connection noise: the message says it once
     try:
@@ -137,6 +137,15 @@ def run(
                 f"topic {settings.topic!r} does not exist at {settings.bootstrap} "
                 "(laneway catalog sync produces the entity snapshots to it)"
             )
+        if settings.progress_group:  # denied: one line now, not a commit that waits out its timeout
+            try:
+                check_group(
+                    admin, settings.progress_group, settings.client_config, 10, doing="commit progress to"
+                )
+            except KafkaAccessDenied as exc:
+                raise _fail(
+                    f"{exc}; or name a group it may use with --progress-group ('' for none)"
+                ) from None
     except ka.AdminError as exc:
         raise _fail(str(exc)) from exc
     from laneway.spark.metrics import serve_metrics

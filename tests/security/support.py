@@ -1,20 +1,79 @@
-"""Clients for the secured broker's tests: produce keyed records, read a topic, the group's commits.
+"""Clients for the secured broker's tests: produce keyed records, read a topic, the group's
+commits, and run a command line (:func:`laneway`, every output grepped for the passwords).
 
-Each takes the full client settings (``secure_broker.client(user)``), so the same helper runs
-as admin, app or reader.
+Each client helper takes the full client settings (``secure_broker.client(user)``), so the same
+helper runs as admin, app or reader.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from laneway import App
+
+if TYPE_CHECKING:
+    from tests.security.conftest import SecureBroker
+
+ROOT = Path(__file__).resolve().parents[2]
+#: a command's bounded wait (a hang fails the test; the commands answer in seconds)
+BOUND = 45.0
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.stdout)
+
+
+def laneway(
+    broker: SecureBroker,
+    *args: str,
+    config: Path | None = None,
+    env_config: Path | None = None,
+    timeout: float = BOUND,
+) -> Ran:
+    """``python -m laneway.ops.cli ARGS --bootstrap B [--client-config FILE]`` in a subprocess;
+    every output is grepped for the broker's passwords."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LANEWAY_BOOTSTRAP", "LANEWAY_CLIENT_CONFIG")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["COLUMNS"] = "200"
+    if env_config is not None:
+        env["LANEWAY_CLIENT_CONFIG"] = str(env_config)
+    extra = ["--bootstrap", broker.bootstrap] if "--help" not in args else []
+    extra += ["--client-config", str(config)] if config is not None else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "laneway.ops.cli", *args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+    ran = Ran(proc.returncode, proc.stdout, proc.stderr)
+    assert_no_password(f"{ran.stdout}\n{ran.stderr}", broker.passwords, what=" ".join(args))
+    return ran
+
+
+def ok(ran: Ran) -> Ran:
+    assert ran.code == 0, ran
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return ran
 
 
 def produce_keyed(conf: dict[str, str], topic: str, n: int, keys: int) -> dict[bytes, list[int]]:

@@ -92,9 +92,8 @@ def test_an_app_in_a_denied_group_stops_with_access_denied(
         kafka_config=secure_broker.settings("app"),
     )
     app.handler(topic)(lambda ev: None)
-    # the start passes (the admin call that would ask for the group's offsets crashes
-    # confluent-kafka 2.16.1 on a group without offsets); the consumers' join is refused and
-    # the run stops with the one-line error
+    # the start's check asks the group's authorized operations (describe_consumer_groups) and
+    # refuses it before a consumer joins (test_denials has the check itself)
     error = failure_within(app, wait=10)
     assert error is not None, "the app ran 10 s in a group it may not use, without failing"
     assert isinstance(error, KafkaAccessDenied), repr(error)

@@ -12,67 +12,17 @@ holds a password.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.security.conftest import AppTopicFactory, SecureBroker
-from tests.security.support import assert_no_password, committed, end_offsets
-
-ROOT = Path(__file__).resolve().parents[2]
-#: a command's bounded wait (a hang fails the test; the commands answer in seconds)
-BOUND = 45.0
-
-
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return orjson.loads(self.stdout)
-
-
-def laneway(
-    broker: SecureBroker, *args: str, config: Path | None = None, env_config: Path | None = None
-) -> Ran:
-    """``python -m laneway.ops.cli ARGS --bootstrap B [--client-config FILE]`` in a subprocess;
-    every output is grepped for the broker's passwords."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LANEWAY_BOOTSTRAP", "LANEWAY_CLIENT_CONFIG")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env["COLUMNS"] = "200"
-    if env_config is not None:
-        env["LANEWAY_CLIENT_CONFIG"] = str(env_config)
-    extra = ["--bootstrap", broker.bootstrap] if "--help" not in args else []
-    extra += ["--client-config", str(config)] if config is not None else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "laneway.ops.cli", *args, *extra],
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        env=env,
-        cwd=ROOT,
-    )
-    ran = Ran(proc.returncode, proc.stdout, proc.stderr)
-    assert_no_password(f"{ran.stdout}\n{ran.stderr}", broker.passwords, what=" ".join(args))
-    return ran
-
-
-def ok(ran: Ran) -> Ran:
-    assert ran.code == 0, ran
-    assert "Traceback" not in ran.stderr, ran.stderr
-    return ran
+from tests.security.support import committed, end_offsets, laneway, ok
 
 
 @dataclass(frozen=True)

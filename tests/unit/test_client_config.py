@@ -238,6 +238,17 @@ def test_the_command_settings_reach_the_tools_clients() -> None:
     assert "security.protocol" not in ka.client_config("h:1")
 
 
+def test_a_missing_file_given_to_the_app_names_its_argument(tmp_path: Path) -> None:
+    """From the Python API the hint names App's argument, not the command lines' option."""
+    from laneway import App
+
+    missing = tmp_path / "nope.properties"
+    with pytest.raises(ConfigError) as info:
+        App("x", bootstrap_servers="kafka-1:9093", client_config=missing)
+    assert str(info.value) == f"client_config: no such file: {missing} (the client_config= argument of App)"
+    assert "--client-config" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     "command", [["topics", "list"], ["lag", "g"], ["catalog", "generate"], ["run", "m:app"]]
 )

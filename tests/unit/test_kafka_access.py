@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError
 
 from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.access import (
+    Ask,
     ErrorWatch,
     KafkaAccessDenied,
     KafkaAccessError,
@@ -135,6 +136,60 @@ def test_an_acl_denial_says_what_was_asked() -> None:
     assert "do not let user 'app' read topic 'orders'" in str(info.value)
 
 
+def test_a_denial_with_an_ask_names_the_missing_operation_and_the_grant() -> None:
+    err = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "Broker: Group authorization failed")
+    found = classify(err, SETTINGS, doing=Ask("describe", "group", "orders", "Describe"))
+    assert str(found) == (
+        "access denied: the cluster's ACLs do not let user 'app' describe group 'orders' "
+        "(GROUP_AUTHORIZATION_FAILED; it needs Describe on the group): grant it (kafka-acls --add "
+        "--allow-principal User:app --operation Describe --group orders) or connect as a user that has "
+        "it (sasl.username)"
+    )
+
+
+def test_of_several_asks_the_one_on_the_denied_resource_is_named() -> None:
+    """A consumer reading a topic in a group: a group's code names the group, a topic's the topic."""
+    asks = [Ask("read", "topic", "orders", "Read"), Ask("use", "group", "tools-1", "Read")]
+    group = classify(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), SETTINGS, doing=asks)
+    topic = classify(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), SETTINGS, doing=asks)
+    assert group is not None and "use group 'tools-1'" in str(group) and "--group tools-1" in str(group)
+    assert topic is not None and "read topic 'orders'" in str(topic) and "--topic orders" in str(topic)
+    cluster = classify(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied"), SETTINGS, doing=asks)
+    assert cluster is not None and "IdempotentWrite" in str(cluster)  # no ask on the cluster: the default
+
+
+#: a client without TLS or SASL at a SASL_SSL listener: librdkafka 2.x's texts
+HANDSHAKE = [
+    "127.0.0.1:44295/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN (after "
+    "5ms in state APIVERSION_QUERY)",
+    "127.0.0.1:44295/bootstrap: Receive failed: Invalid response size 352518912 (0..100000000): increase "
+    "receive.message.max.bytes (after 0ms in state APIVERSION_QUERY)",
+]
+
+
+@pytest.mark.parametrize("text", HANDSHAKE)
+@pytest.mark.parametrize("protocol", [None, "PLAINTEXT", "SASL_PLAINTEXT"])
+def test_a_connection_closed_at_the_handshake_names_security_protocol(
+    text: str, protocol: str | None
+) -> None:
+    settings = {"bootstrap.servers": "127.0.0.1:44295"}
+    if protocol:
+        settings["security.protocol"] = protocol
+    found = classify(KafkaError(KafkaError._TRANSPORT, text), settings)
+    assert isinstance(found, KafkaAuthError) and found.field == "security.protocol"
+    line = str(found)
+    assert line.startswith("the broker at 127.0.0.1:44295 closed the connection during the handshake")
+    assert "needs TLS or SASL" in line and f"security.protocol is {protocol or 'PLAINTEXT'}" in line
+    assert "--client-config" in line and "\n" not in line
+    # a running client does not stop on it (a broker that restarts drops connections too)
+    raise_if_denied(KafkaError(KafkaError._TRANSPORT, text), settings)
+
+
+def test_a_tls_client_whose_connection_closes_is_not_told_to_use_tls() -> None:
+    found = classify(KafkaError(KafkaError._TRANSPORT, HANDSHAKE[0]), SETTINGS)
+    assert found is None or "needs TLS or SASL" not in str(found)
+
+
 def test_a_running_client_stops_on_a_denial_not_on_a_dropped_connection() -> None:
     """A broker that restarts drops connections in ways the first-connection guesses read as a
     wrong protocol: a running client does not stop on those."""
@@ -211,3 +266,25 @@ def test_a_fatal_producer_refusal_becomes_the_one_line_denial() -> None:
     assert as_access_error(other, SETTINGS) is other
     plain = ValueError("x")
     assert as_access_error(plain, SETTINGS) is plain
+
+
+def test_the_watch_hears_a_handshake_closed_in_librdkafkas_log_lines() -> None:
+    """The error callback hears only "all brokers are down" for a listener that wants TLS or
+    SASL: the connection's own failure is a log line, which the watch's logger hook classifies."""
+    import logging
+
+    watch = ErrorWatch({"bootstrap.servers": "127.0.0.1:44295"})
+    hook = watch.logger(logging.getLogger("laneway.tests.unheard"))
+    hook.log(
+        logging.INFO,
+        "%s [%s] %s",
+        "FAIL",
+        "rdkafka#producer-1",
+        "[thrd:x]: 127.0.0.1:1/bootstrap: "
+        "Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)",
+    )
+    watch.check()  # a refused connection is not a refusal of the settings
+    hook.log(logging.INFO, "%s [%s] %s", "FAIL", "rdkafka#producer-1", f"[thrd:x]: {HANDSHAKE[0]}")
+    with pytest.raises(KafkaAuthError, match="closed the connection during the handshake") as info:
+        watch.check()
+    assert info.value.field == "security.protocol"

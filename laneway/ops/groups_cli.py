@@ -96,6 +96,9 @@ def lag(
     """Per partition: committed offset, end offset, lag, records finished beyond the committed
     offset (a restart skips them), and age of the oldest unconsumed record.
 
+    --watch redraws the table in place on a terminal; piped (to a file, less), it prints one
+    table per interval instead (with --json: one JSON document a line).
+
     Example: laneway lag orders-service --watch --interval 5
     """
     address, admin = common.connect(bootstrap)
@@ -106,18 +109,22 @@ def lag(
         else:
             common.console().print(_lag_table(result))
         return
-    count = 0
+    console = common.console()
     try:
-        if json:  # one JSON document a line
+        if json or not console.is_terminal:  # piped: one JSON document or table per interval
+            count = 0
             while True:
-                typer.echo(orjson.dumps(_lag_json(group_lag(admin, address, group))).decode())
+                lag_now = group_lag(admin, address, group)
+                if json:
+                    typer.echo(orjson.dumps(_lag_json(lag_now)).decode())
+                else:
+                    console.print(_lag_table(lag_now))
+                    console.file.flush()  # a pipe buffers: a reader (tail -f, less) sees each table now
                 count += 1
                 if refreshes and count >= refreshes:
                     return
                 time.sleep(interval)
-        with Live(
-            _lag_table(group_lag(admin, address, group)), console=common.console(), auto_refresh=False
-        ) as live:
+        with Live(_lag_table(group_lag(admin, address, group)), console=console, auto_refresh=False) as live:
             count = 1
             while not refreshes or count < refreshes:
                 time.sleep(interval)

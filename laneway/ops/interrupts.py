@@ -3,6 +3,8 @@
     with graceful_interrupts(app.stop):
         app.run(install_signal_handlers=False)
 
+    result, received = run_stoppable(lambda stop: run_pipeline(settings, stop_event=stop))
+
 The first SIGINT (or SIGTERM) calls ``stop`` once; a SIGINT also says on stderr, once,
 ``stopping... (Ctrl-C again to exit now)``. A SIGINT after that exits the process at once
 with status 130, without waiting for the drain, the final commits or any thread: records
@@ -12,7 +14,9 @@ then SIGKILL). ``stop`` may raise (``KeyboardInterrupt`` for a command whose gra
 is unwinding its main thread): the exception comes out where the main thread was.
 
 Handlers can only be set on the main thread; elsewhere the context does nothing. Leaving
-it puts the handlers back as they were.
+it puts the handlers back as they were. :func:`run_stoppable` runs work that stops on an
+event (a Spark query, say) on a worker thread, so that the main thread keeps the handlers
+while the work's own code would set others.
 """
 
 from __future__ import annotations
@@ -25,11 +29,20 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["FIRST_MESSAGE", "FORCED_EXIT", "FORCED_MESSAGE", "Interrupts", "graceful_interrupts"]
+__all__ = [
+    "FIRST_MESSAGE",
+    "FORCED_EXIT",
+    "FORCED_MESSAGE",
+    "Interrupts",
+    "graceful_interrupts",
+    "run_stoppable",
+]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: the exit status of a forced exit (128 + SIGINT, as shells report an interrupted command)
 FORCED_EXIT = 130
@@ -98,3 +111,31 @@ def graceful_interrupts(
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def run_stoppable(
+    work: Callable[[threading.Event], T], *, before_exit: Callable[[], None] | None = None
+) -> tuple[T, int | None]:
+    """Run ``work(stop)`` on a worker thread while the main thread holds the handlers of
+    :func:`graceful_interrupts`: the first signal sets ``stop``, a second Ctrl-C exits 130.
+
+    Returns what ``work`` returned and the first signal received (None when none came);
+    raises what ``work`` raised.
+    """
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = work(stop)
+        except BaseException as exc:  # handed to the main thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="laneway-stoppable", daemon=True)
+    with graceful_interrupts(stop.set, before_exit=before_exit) as interrupts:
+        thread.start()
+        thread.join()  # a signal runs its handler, then the wait goes on
+    if "error" in outcome:
+        raise outcome["error"]
+    result: T = outcome["result"]
+    return result, interrupts.received

@@ -10,13 +10,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from laneway.ops import interrupts
-from laneway.ops.interrupts import FIRST_MESSAGE, FORCED_MESSAGE, Interrupts, graceful_interrupts
+from laneway.ops.interrupts import (
+    FIRST_MESSAGE,
+    FORCED_MESSAGE,
+    Interrupts,
+    graceful_interrupts,
+    run_stoppable,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +112,52 @@ def test_the_context_puts_the_handlers_back() -> None:
         assert signal.getsignal(signal.SIGINT) == state.handle
         assert signal.getsignal(signal.SIGTERM) == state.handle
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+_STOPPABLE = """
+import threading
+from laneway.ops.interrupts import run_stoppable
+
+def work(stop):
+    print("working", flush=True)
+    stop.wait()
+    print("draining", flush=True)
+    threading.Event().wait()  # a batch that never lands
+
+run_stoppable(work)
+"""
+
+
+def test_run_stoppable_a_second_ctrl_c_exits_130_while_the_work_blocks(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPABLE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        _wait_for(proc.stdout, "working")
+        proc.send_signal(signal.SIGINT)
+        _wait_for(proc.stdout, "draining")  # the work saw the stop, and blocks
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)  # a guard against a hang, not a timing assertion
+    finally:
+        proc.kill()
+        proc.wait()
+    _, stderr = proc.communicate()
+    assert code == 130, stderr
+    assert stderr.splitlines() == [FIRST_MESSAGE, FORCED_MESSAGE]
+
+
+def test_run_stoppable_returns_the_result_and_the_signal_and_raises_the_error() -> None:
+    def interrupted(stop: threading.Event) -> bool:
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs on the main thread, in the join
+        return stop.wait(60)
+
+    assert run_stoppable(interrupted) == (True, signal.SIGINT)
+    assert run_stoppable(lambda stop: stop.is_set()) == (False, None)
+
+    def failing(stop: threading.Event) -> None:
+        raise ValueError("no such topic")
+
+    with pytest.raises(ValueError, match="no such topic"):
+        run_stoppable(failing)

@@ -195,6 +195,9 @@ def replay(
 
     Refused while the group has live members, unless --new-group names a new group id.
 
+    An offset (--to-offset, --shift) past a partition's end offset moves to the end, and one
+    before its earliest retained record to that record, each with a warning on stderr.
+
     --dry-run prints the plan; a real run prints before and after.
 
     Example: laneway replay orders-service --to-time 2026-11-20T10:00 --dry-run
@@ -216,6 +219,9 @@ def replay(
         target = ResetTarget.by(shift or 0)
     _, admin = common.connect(bootstrap)
     plan = plan_reset(admin, group, target, topics=topic or (), new_group=new_group)
+    for row in plan.rows:  # an offset past the end: a likely typo, which would replay nothing there
+        if warning := row.out_of_range():
+            typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
     if dry_run:
         if json:

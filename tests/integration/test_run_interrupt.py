@@ -28,7 +28,7 @@ app = App(
     timeouts=Timeouts(commit_interval=0.2, shutdown=600),
 )
 
-@app.handler(os.environ["LW_TOPIC"])
+@app.handler(os.environ["LW_TOPIC"], on_failure="halt")
 def handle(ev: Event) -> None:
     if ev.offset >= 1:
         print("blocking", flush=True)
@@ -60,7 +60,8 @@ def test_a_second_ctrl_c_exits_130_and_leaves_the_blocked_record_uncommitted(
     assert proc.stdout is not None and proc.stderr is not None
     seen: list[str] = []
     try:
-        assert proc.stdout.readline().strip() == "blocking"
+        first = proc.stdout.readline()
+        assert first.strip() == "blocking", first + proc.stderr.read()  # at EOF, the exit's reason
         deadline = time.monotonic() + 60  # a guard against a hang, not a timed assert
         while committed(kafka_bootstrap, group_id, topic, 1) != {0: 1}:  # offset 0 done and committed
             assert time.monotonic() < deadline and proc.poll() is None

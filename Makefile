@@ -10,7 +10,11 @@ PYTEST_ARGS ?=
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@if [ -t 1 ]; then on=$$'\033[36m' off=$$'\033[0m'; else on='' off=''; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} \
+		/^[a-zA-Z_-]+:.*## / {n++; name[n] = $$1; text[n] = $$2; if (length($$1) > width) width = length($$1)} \
+		END {row = "  " on "%-" width "s" off "  %s\n"; for (i = 1; i <= n; i++) printf row, name[i], text[i]}' \
+		$(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found"; exit 1; }

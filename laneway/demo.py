@@ -23,6 +23,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -41,6 +43,7 @@ from laneway.catalog.source import SimulatedSource
 from laneway.catalog.sync import CatalogSync, SyncSettings, consumer_lag
 from laneway.kafka import headers
 from laneway.ops.broker import LocalBroker
+from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["DemoSettings", "main"]
 
@@ -182,12 +185,15 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v / 1000:.2f} s"
 
 
-def main(settings: DemoSettings | None = None) -> int:
-    """Run the demo; return 0 when the final state matched, 1 otherwise."""
+def main(settings: DemoSettings | None = None, *, forced_exit: list[Callable[[], None]] | None = None) -> int:
+    """Run the demo; return 0 when the final state matched, 1 otherwise. ``forced_exit``
+    collects what a forced exit (a second Ctrl-C) must still do: kill the broker, remove its files."""
     s = settings or DemoSettings()
     spark_ok = s.spark and _spark_available()
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="laneway-demo-") as tmp, LocalBroker.create() as broker:
+        if forced_exit is not None:
+            forced_exit += [broker.kill, lambda: _remove(broker.data_dir, Path(tmp))]
         bootstrap = broker.bootstrap
         print(f"broker up at {bootstrap} in {time.monotonic() - t_start:.1f}s")
         ensure_topics(bootstrap, {CHANGES: s.partitions, ENTITIES: s.partitions, DLQ: 1})
@@ -439,7 +445,35 @@ def _queries(spark: Any, warehouse: str, entities: str, edges: str) -> None:
     print()
 
 
-if __name__ == "__main__":
+def _remove(*folders: Path) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _interrupt() -> None:
+    """The demo's graceful stop: unwind the main thread, which stops the sync and the broker."""
+    raise KeyboardInterrupt
+
+
+def _main() -> int:
+    """``make demo``: Ctrl-C stops the demo and its broker; a second Ctrl-C exits at once (130)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("laneway.engine.processor").setLevel(logging.ERROR)  # dead letters: summarized
-    raise SystemExit(main(DemoSettings(spark=os.environ.get("LANEWAY_DEMO_SPARK", "1") != "0")))
+    cleanup: list[Callable[[], None]] = []
+
+    def before_exit() -> None:
+        for step in cleanup:
+            step()
+
+    try:
+        with graceful_interrupts(_interrupt, before_exit=before_exit):
+            return main(
+                DemoSettings(spark=os.environ.get("LANEWAY_DEMO_SPARK", "1") != "0"), forced_exit=cleanup
+            )
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130  # as a shell reports an interrupted command
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

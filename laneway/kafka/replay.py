@@ -85,6 +85,24 @@ class ResetRow:
     after: int
     earliest: int
     latest: int
+    #: the offset a --to-offset or --shift asked for, when it lay outside ``earliest..latest``
+    #: and ``after`` is the nearer end instead; None otherwise
+    requested: int | None = None
+
+    def out_of_range(self) -> str | None:
+        """One line saying where an offset asked for outside the partition moves, or None."""
+        if self.requested is None:
+            return None
+        where = f"{self.topic}:{self.partition}"
+        if self.requested > self.latest:
+            return (
+                f"{where}: offset {self.requested} is past the partition's end offset {self.latest}; "
+                f"replay stops at the end ({self.latest}): nothing there is replayed"
+            )
+        return (
+            f"{where}: offset {self.requested} is before the partition's earliest retained offset "
+            f"{self.earliest}; the replay starts there instead"
+        )
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,8 @@ def plan_reset(
     new_group: str | None = None,
 ) -> ResetPlan:
     """Work out the new offsets; nothing is written. Partitions: those of ``topics``, else the
-    ones the group has committed offsets for."""
+    ones the group has committed offsets for. An offset outside a partition's retained range
+    moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`)."""
     gs = group_state(admin, group)
     if topics:
         tps = [(t, p.id) for t in topics for p in topic_partitions(admin, t)]
@@ -151,7 +170,9 @@ def plan_reset(
             after = (before if before is not None else low) + target.shift
         else:
             after = target.offsets.get(tp, target.offsets.get((None, tp[1]), 0))
-        rows.append(ResetRow(tp[0], tp[1], before, min(max(after, low), high), low, high))
+        moved = min(max(after, low), high)  # an offset outside the partition moves to its nearer end
+        requested = after if moved != after and target.kind in ("offset", "shift") else None
+        rows.append(ResetRow(tp[0], tp[1], before, moved, low, high, requested))
     return ResetPlan(group, new_group or group, target, tuple(rows))
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
+from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["catalog_app", "register"]
 
@@ -188,6 +189,9 @@ def sync_cmd(
     """Sync catalog changes into normalized entity snapshots (a Laneway app).
 
     Example: laneway catalog sync -b 127.0.0.1:9092 --delay 0 --until-caught-up
+
+    Ctrl-C stops it gracefully; a second Ctrl-C exits at once (status 130): changes processed
+    but not committed yet are processed again on the next run (at-least-once).
     """
     from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
@@ -210,21 +214,30 @@ def sync_cmd(
     sync = CatalogSync(
         settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
     )
-    t0 = time.monotonic()
-    if until_caught_up:
-        if not sync.run_until_caught_up(timeout):
+    t0, caught_up = time.monotonic(), True
+    with graceful_interrupts(sync.app.stop) as interrupts:  # a second Ctrl-C exits at once
+        if until_caught_up:
+            caught_up = sync.run_until_caught_up(timeout)
+        else:
+            try:
+                sync.app.run(install_signal_handlers=False)
+            finally:
+                sync.close()
+    if until_caught_up and not caught_up:
+        if interrupts.received is not None:
             typer.secho(
-                f"error: not caught up within --timeout {timeout:g} s "
-                f"({sync.stats.snapshots} snapshots so far; `laneway lag {group_id}` shows what is left)",
+                f"interrupted before catching up ({sync.stats.snapshots} snapshots so far; "
+                f"`laneway lag {group_id}` shows what is left)",
                 err=True,
-                fg=typer.colors.RED,
             )
-            raise typer.Exit(1)
-    else:
-        try:
-            sync.app.run()
-        finally:
-            sync.close()
+            raise typer.Exit(128 + interrupts.received)
+        typer.secho(
+            f"error: not caught up within --timeout {timeout:g} s "
+            f"({sync.stats.snapshots} snapshots so far; `laneway lag {group_id}` shows what is left)",
+            err=True,
+            fg=typer.colors.RED,
+        )
+        raise typer.Exit(1)
     st = sync.stats
     dead = sync.dead_lettered()
     reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dead.items()))

@@ -73,12 +73,17 @@ def echo_json(data: Any) -> None:
 
 @contextmanager
 def progress_bar(label: str) -> Iterator[dr.Progress]:
-    """A progress bar on stderr; yields the callback the long operations take."""
+    """A progress bar on stderr; yields the callback the long operations take. Nothing is
+    drawn when stderr is not a terminal (a pipe, a file, a test): no stray blank line there."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield lambda done, total: None
+        return
     with Progress(
         TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
-        console=console(stderr=True),
+        console=err,
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=None)

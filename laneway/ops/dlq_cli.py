@@ -107,11 +107,12 @@ def dlq_show(
             entry.redrive_id if entry else "-",
         )
     console.print(table)
-    if traceback:
+    if traceback:  # per letter: a rule naming it, then its traceback; no blank lines around
         for x in letters:
             console.rule(f"{x.partition}/{x.offset}")
             missing = "(left out: over the size limit)" if h.DROPPED in x.info else "(no traceback)"
-            console.print(x.info.get(h.TRACEBACK, missing), markup=False, highlight=False)
+            text = (x.info.get(h.TRACEBACK) or "").rstrip() or missing  # it ends with a newline
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @dlq_app.command("redrive")

@@ -96,6 +96,9 @@ def lag(
     """Per partition: committed offset, end offset, lag, records finished beyond the committed
     offset (a restart skips them), and age of the oldest unconsumed record.
 
+    --watch redraws the table in place on a terminal; piped (to a file, less), it prints one
+    table per interval instead (with --json: one JSON document a line).
+
     Example: laneway lag orders-service --watch --interval 5
     """
     address, admin = common.connect(bootstrap)
@@ -106,18 +109,22 @@ def lag(
         else:
             common.console().print(_lag_table(result))
         return
-    count = 0
+    console = common.console()
     try:
-        if json:  # one JSON document a line
+        if json or not console.is_terminal:  # piped: one JSON document or table per interval
+            count = 0
             while True:
-                typer.echo(orjson.dumps(_lag_json(group_lag(admin, address, group))).decode())
+                lag_now = group_lag(admin, address, group)
+                if json:
+                    typer.echo(orjson.dumps(_lag_json(lag_now)).decode())
+                else:
+                    console.print(_lag_table(lag_now))
+                    console.file.flush()  # a pipe buffers: a reader (tail -f, less) sees each table now
                 count += 1
                 if refreshes and count >= refreshes:
                     return
                 time.sleep(interval)
-        with Live(
-            _lag_table(group_lag(admin, address, group)), console=common.console(), auto_refresh=False
-        ) as live:
+        with Live(_lag_table(group_lag(admin, address, group)), console=console, auto_refresh=False) as live:
             count = 1
             while not refreshes or count < refreshes:
                 time.sleep(interval)
@@ -188,6 +195,9 @@ def replay(
 
     Refused while the group has live members, unless --new-group names a new group id.
 
+    An offset (--to-offset, --shift) past a partition's end offset moves to the end, and one
+    before its earliest retained record to that record, each with a warning on stderr.
+
     --dry-run prints the plan; a real run prints before and after.
 
     Example: laneway replay orders-service --to-time 2026-11-20T10:00 --dry-run
@@ -209,6 +219,9 @@ def replay(
         target = ResetTarget.by(shift or 0)
     _, admin = common.connect(bootstrap)
     plan = plan_reset(admin, group, target, topics=topic or (), new_group=new_group)
+    for row in plan.rows:  # an offset past the end: a likely typo, which would replay nothing there
+        if warning := row.out_of_range():
+            typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
     if dry_run:
         if json:

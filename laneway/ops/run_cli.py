@@ -15,6 +15,7 @@ from laneway.errors import ConfigError, LanewayError
 from laneway.kafka import secrets
 from laneway.kafka.client_config import active
 from laneway.ops.bootstrap import with_client_config
+from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["load_app", "register"]
 
@@ -52,9 +53,13 @@ def register(app: typer.Typer) -> None:
 
         Example: laneway run myproject.consumers:app --metrics-port 9100
 
-        Exit codes: 0 after a signal's drain; 2 for a bad setting, found while the module builds
-        its app or at start (a missing topic, no broker, a metrics port in use); 1 when the app
-        halted while running (on_failure="halt", a dead letter that could not be written).
+        A second Ctrl-C exits at once (status 130): records processed but not committed yet
+        are consumed again on the next start (at-least-once).
+
+        Exit codes: 0 after a signal's drain; 130 after a second Ctrl-C; 2 for a bad setting,
+        found while the module builds its app or at start (a missing topic, no broker, a metrics
+        port in use); 1 when the app halted while running (on_failure="halt", a dead letter that
+        could not be written).
         """
         from laneway.app import App
 
@@ -95,7 +100,8 @@ def register(app: typer.Typer) -> None:
             kafka_config = {**obj.settings.kafka_config, **from_file}
             obj.settings = obj.settings.model_copy(update={"kafka_config": kafka_config})
         try:
-            obj.run()
+            with graceful_interrupts(obj.stop):  # a second Ctrl-C exits at once
+                obj.run(install_signal_handlers=False)
         except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None

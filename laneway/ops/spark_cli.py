@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
 
 from laneway.ops.bootstrap import Bootstrap, with_client_config
+from laneway.ops.interrupts import run_stoppable
 from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER  # no pyspark import
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
@@ -95,6 +97,9 @@ def run(
 ) -> None:
     """Run the pipeline; with a processing-time trigger it runs until interrupted.
 
+    Ctrl-C (or SIGTERM) stops it once the batch in progress has landed; a second Ctrl-C exits
+    at once (status 130): a batch cut short is replayed from the checkpoint by the next run.
+
     Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
     """
     from laneway.kafka.client_config import active
@@ -158,15 +163,18 @@ def run(
             raise _fail(f"--metrics-port {metrics_port}: {exc}") from exc
         logging.getLogger(__name__).info("metrics on http://%s:%d/metrics", metrics_host, server.port)
     try:
-        result = run_pipeline(settings, metrics=metrics)
-    except KeyboardInterrupt:
-        typer.secho("interrupted", err=True)
-        raise typer.Exit(130) from None
+        # on a worker thread: the main thread keeps Ctrl-C (a second one exits at once)
+        result, received = run_stoppable(
+            lambda stop: run_pipeline(settings, metrics=metrics, stop_event=stop)
+        )
     except PipelineError as exc:
         raise _fail(str(exc)) from exc
     finally:
         if server is not None:
             server.stop()
+    if received == signal.SIGINT:
+        typer.secho("interrupted", err=True)
+        raise typer.Exit(130)
 
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}s"

@@ -81,8 +81,12 @@ def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics:
     )
     assert [x["offset"] for x in orjson.loads(contains.stdout)] == [2]
 
-    tb = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", "1", "--traceback")
-    assert "1 dead letter(s)" in tb.stdout and "raise error" in tb.stdout and "bad amount" in tb.stdout
+    tb = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", "2", "--traceback")
+    assert "2 dead letter(s)" in tb.stdout and "raise error" in tb.stdout and "bad amount" in tb.stdout
+    lines = tb.stdout.splitlines()
+    assert all(line.strip() for line in lines) and tb.stderr == ""  # no stray blank line anywhere
+    assert [line for line in lines if line.startswith("─")][-1].endswith("─")  # a rule per letter
+    assert lines[-1] == "KeyError: 'sku'"  # the last letter's traceback ends the output
 
     # a field no record has is a typo, not "0 matches"
     typo = invoke(kafka_bootstrap, "dlq", "show", dlq, "-f", "eror.type=KeyError")

@@ -1,0 +1,81 @@
+"""`laneway run` on the real broker: Ctrl-C drains, a second Ctrl-C exits 130 at once while a
+handler blocks, and what was not committed is left for the next start (at-least-once)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from laneway.ops.interrupts import FIRST_MESSAGE, FORCED_MESSAGE
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, produce_keyed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: offset 1's handler never returns, so the drain never ends
+_APP = """
+import os, threading
+from laneway import App, Event, Timeouts
+
+app = App(
+    "blocker",
+    bootstrap_servers=os.environ["LW_BOOTSTRAP"],
+    group_id=os.environ["LW_GROUP"],
+    timeouts=Timeouts(commit_interval=0.2, shutdown=600),
+)
+
+@app.handler(os.environ["LW_TOPIC"], on_failure="halt")
+def handle(ev: Event) -> None:
+    if ev.offset >= 1:
+        print("blocking", flush=True)
+        threading.Event().wait()
+"""
+
+
+@pytest.mark.timeout(300)  # a guard against a hang: before the fix, no hint and no forced exit
+def test_a_second_ctrl_c_exits_130_and_leaves_the_blocked_record_uncommitted(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, tmp_path: Path
+) -> None:
+    topic = make_topic(partitions=1)
+    produce_keyed(kafka_bootstrap, topic, 2, 1)
+    (tmp_path / "blocker_app.py").write_text(_APP)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "LW_BOOTSTRAP": kafka_bootstrap,
+        "LW_TOPIC": topic,
+        "LW_GROUP": group_id,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "laneway.ops.cli", "run", "blocker_app:app", "--log-level", "WARNING"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    seen: list[str] = []
+    try:
+        first = proc.stdout.readline()
+        assert first.strip() == "blocking", first + proc.stderr.read()  # at EOF, the exit's reason
+        proc.send_signal(signal.SIGINT)  # the drain waits for the blocked handler (600 s)
+        for line in proc.stderr:  # handled (two signals at once would count as one)
+            seen.append(line.rstrip("\n"))
+            if seen[-1] == FIRST_MESSAGE:
+                break
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)  # a guard: without the forced exit it waits out the drain
+    finally:
+        proc.kill()
+        proc.wait()
+    lines = seen + proc.communicate()[1].splitlines()
+    assert code == 130, lines
+    assert lines.count(FIRST_MESSAGE) == 1 and lines[-1] == FORCED_MESSAGE, lines
+    # the blocked record (offset 1) was not committed: the next start consumes it again
+    assert committed(kafka_bootstrap, group_id, topic, 1)[0] <= 1

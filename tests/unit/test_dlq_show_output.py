@@ -1,0 +1,87 @@
+"""`laneway dlq show` prints a tidy shape: the table, then (with --traceback) per letter a rule
+naming it and its traceback, with no blank line anywhere and nothing on stderr when piped.
+
+Fakes stand in for the broker: ``read_dead_letters`` and ``read_ledger`` answer from lists.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from laneway.kafka import dlq_reader as dr
+from laneway.kafka import headers as h
+from laneway.ops import cli_common
+from laneway.ops.kafka_cli import register
+
+_TRACEBACK = (
+    'Traceback (most recent call last):\n  File "shop.py", line 3, in handle\nValueError: bad amount\n'
+)
+
+
+def _letter(offset: int, info: dict[str, str]) -> dr.DeadLetter:
+    base = {
+        h.ORIGINAL_TOPIC: "orders",
+        h.ORIGINAL_PARTITION: "1",
+        h.ORIGINAL_OFFSET: str(40 + offset),
+        h.ATTEMPTS: "3",
+        h.LAST_FAILURE: "2026-11-20T10:00:05",
+    }
+    return dr.DeadLetter("orders.dlq", 0, offset, f"c{offset}".encode(), b"{}", None, (), {**base, **info})
+
+
+@pytest.fixture(autouse=True)
+def _fake_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = [
+        _letter(
+            0, {h.ERROR_TYPE: "builtins.ValueError", h.ERROR_MESSAGE: "bad amount", h.TRACEBACK: _TRACEBACK}
+        ),
+        _letter(1, {h.ERROR_TYPE: "builtins.KeyError", h.ERROR_MESSAGE: "'sku'"}),  # no traceback header
+    ]
+
+    def read(bootstrap: str, topic: str, *, limit: int | None = None, **kwargs: Any) -> list[dr.DeadLetter]:
+        progress = kwargs.get("progress")
+        if progress is not None:
+            progress(len(letters), len(letters))
+        return letters[:limit]
+
+    monkeypatch.setattr(cli_common, "connect", lambda bootstrap: ("127.0.0.1:9092", object()))
+    monkeypatch.setattr(dr, "read_dead_letters", read)
+    monkeypatch.setattr(dr, "read_ledger", lambda bootstrap, topic: {})
+
+
+def _show(*args: str) -> tuple[list[str], str]:
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(app)
+    result = CliRunner().invoke(app, ["dlq", "show", "orders.dlq", *args])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("\n") and not result.stdout.endswith("\n\n")
+    return result.stdout.splitlines(), result.stderr
+
+
+def _rule(title: str) -> re.Pattern[str]:
+    return re.compile(rf"^─+ {re.escape(title)} ─+$")
+
+
+def test_the_table_alone_has_no_blank_line_and_stderr_stays_empty() -> None:
+    lines, stderr = _show()
+    assert stderr == ""  # no progress bar drawn into a pipe
+    assert lines[0].strip() == "2 dead letter(s) in orders.dlq"
+    assert lines[1].startswith("┏") and lines[-1].startswith("└")  # the table, and nothing after it
+    assert all(line.strip() for line in lines)
+
+
+def test_tracebacks_follow_the_table_one_rule_each_without_blank_lines() -> None:
+    lines, stderr = _show("--traceback")
+    assert stderr == ""
+    end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    after = lines[end + 1 :]
+    assert len(after) == 6, "\n".join(after)
+    assert _rule("0/0").match(after[0]) and _rule("0/1").match(after[4])
+    assert after[1:4] == _TRACEBACK.splitlines()
+    assert after[5] == "(no traceback)"
+    assert all(line.strip() for line in lines)

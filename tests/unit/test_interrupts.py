@@ -1,0 +1,163 @@
+"""Ctrl-C: the first stops gracefully, the second exits 130 at once (laneway.ops.interrupts).
+
+The subprocess tests run ``laneway run`` on an app whose drain never ends (a fake: no broker),
+as a handler that blocks would make it; only a forced exit ends the process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from laneway.ops import interrupts
+from laneway.ops.interrupts import (
+    FIRST_MESSAGE,
+    FORCED_MESSAGE,
+    Interrupts,
+    graceful_interrupts,
+    run_stoppable,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: an App whose start does nothing and whose shutdown waits forever (a drain a handler blocks)
+_BLOCKING_APP = """
+import threading
+from laneway import App
+
+class BlockingApp(App):
+    def start(self):
+        print("started", flush=True)
+        return self
+
+    def shutdown(self):
+        print("draining", flush=True)
+        threading.Event().wait()
+
+app = BlockingApp("blocking", bootstrap_servers="127.0.0.1:1")
+"""
+
+
+def _wait_for(stream: IO[str], line: str) -> None:
+    for got in stream:
+        if got.strip() == line:
+            return
+    raise AssertionError(f"the process ended before printing {line!r}")
+
+
+def _laneway_run(tmp_path: Path) -> subprocess.Popen[str]:
+    (tmp_path / "blocking_app.py").write_text(_BLOCKING_APP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "laneway.ops.cli", "run", "blocking_app:app", "--log-level", "WARNING"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_ctrl_c_exits_130_while_the_drain_blocks(tmp_path: Path, first: signal.Signals) -> None:
+    proc = _laneway_run(tmp_path)
+    assert proc.stdout is not None
+    try:
+        _wait_for(proc.stdout, "started")
+        proc.send_signal(first)
+        _wait_for(proc.stdout, "draining")  # the graceful stop began, and blocks
+        proc.send_signal(signal.SIGINT)
+        # a generous guard against a hang, not a timing assertion: before the fix it never exits
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    _, stderr = proc.communicate()
+    assert code == 130, stderr
+    lines = stderr.splitlines()
+    # the hint is for a Ctrl-C; a SIGTERM (from a supervisor) gets the log line only
+    assert lines.count(FIRST_MESSAGE) == (1 if first == signal.SIGINT else 0), stderr
+    assert lines[-1] == FORCED_MESSAGE, stderr
+
+
+def test_the_first_signal_stops_once_and_a_repeated_sigterm_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stops: list[int] = []
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+
+    monkeypatch.setattr(interrupts.os, "_exit", fake_exit)
+    state = Interrupts(lambda: stops.append(1))
+    state.handle(signal.SIGINT)
+    state.handle(signal.SIGTERM)
+    assert stops == [1] and exits == [] and state.received == signal.SIGINT
+    state.handle(signal.SIGINT)
+    assert stops == [1] and exits == [130]
+    assert capfd.readouterr().err.splitlines() == [FIRST_MESSAGE, FORCED_MESSAGE]
+
+
+def test_the_context_puts_the_handlers_back() -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with graceful_interrupts(lambda: None) as state:
+        assert signal.getsignal(signal.SIGINT) == state.handle
+        assert signal.getsignal(signal.SIGTERM) == state.handle
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+_STOPPABLE = """
+import threading
+from laneway.ops.interrupts import run_stoppable
+
+def work(stop):
+    print("working", flush=True)
+    stop.wait()
+    print("draining", flush=True)
+    threading.Event().wait()  # a batch that never lands
+
+run_stoppable(work)
+"""
+
+
+def test_run_stoppable_a_second_ctrl_c_exits_130_while_the_work_blocks(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPABLE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        _wait_for(proc.stdout, "working")
+        proc.send_signal(signal.SIGINT)
+        _wait_for(proc.stdout, "draining")  # the work saw the stop, and blocks
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)  # a guard against a hang, not a timing assertion
+    finally:
+        proc.kill()
+        proc.wait()
+    _, stderr = proc.communicate()
+    assert code == 130, stderr
+    assert stderr.splitlines() == [FIRST_MESSAGE, FORCED_MESSAGE]
+
+
+def test_run_stoppable_returns_the_result_and_the_signal_and_raises_the_error() -> None:
+    def interrupted(stop: threading.Event) -> bool:
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs on the main thread, in the join
+        return stop.wait(60)
+
+    assert run_stoppable(interrupted) == (True, signal.SIGINT)
+    assert run_stoppable(lambda stop: stop.is_set()) == (False, None)
+
+    def failing(stop: threading.Event) -> None:
+        raise ValueError("no such topic")
+
+    with pytest.raises(ValueError, match="no such topic"):
+        run_stoppable(failing)

@@ -1,0 +1,48 @@
+"""`laneway replay`'s plan for an offset outside a partition: it moves to the nearer end and the
+row says what was asked for, so the command warns (fakes stand in for the broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from laneway.kafka import replay
+from laneway.kafka.groups import GroupState
+from laneway.kafka.replay import ResetRow, ResetTarget, plan_reset
+
+
+@pytest.fixture(autouse=True)
+def _fake_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """orders:0 holds offsets 5..10 (earlier ones deleted), orders:1 holds 0..10; the group
+    committed 7 and 10."""
+    committed = {("orders", 0): 7, ("orders", 1): 10}
+    state = GroupState("shop", "Empty", 0, (), committed)
+    marks = {("orders", 0): (5, 10), ("orders", 1): (0, 10)}
+    monkeypatch.setattr(replay, "group_state", lambda admin, group: state)
+    monkeypatch.setattr(replay, "watermarks", lambda admin, tps: {tp: marks[tp] for tp in tps})
+
+
+def _rows(target: ResetTarget) -> list[tuple[int, int, int | None]]:
+    plan = plan_reset(object(), "shop", target)
+    return [(r.partition, r.after, r.requested) for r in plan.rows]
+
+
+def test_an_offset_past_the_end_moves_to_the_end_and_is_named() -> None:
+    assert _rows(ResetTarget.to_offsets({(None, 0): 500})) == [(0, 10, 500)]
+    assert _rows(ResetTarget.to_offsets({(None, 0): 2})) == [(0, 5, 2)]  # before the earliest
+    assert _rows(ResetTarget.to_offsets({(None, 0): 6})) == [(0, 6, None)]  # inside: nothing to say
+    assert _rows(ResetTarget.by(3)) == [(0, 10, None), (1, 10, 13)]
+    assert _rows(ResetTarget.latest()) == [(0, 10, None), (1, 10, None)]  # the end was asked for
+
+
+def test_the_warning_names_the_partition_its_end_and_where_replay_stops() -> None:
+    past = ResetRow("orders", 0, 7, 10, 5, 10, requested=500)
+    assert past.out_of_range() == (
+        "orders:0: offset 500 is past the partition's end offset 10; "
+        "replay stops at the end (10): nothing there is replayed"
+    )
+    before = ResetRow("orders", 0, 7, 5, 5, 10, requested=2)
+    assert before.out_of_range() == (
+        "orders:0: offset 2 is before the partition's earliest retained offset 5; "
+        "the replay starts there instead"
+    )
+    assert ResetRow("orders", 0, 7, 6, 5, 10).out_of_range() is None

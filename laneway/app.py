@@ -13,14 +13,14 @@ app.run()          # until SIGINT/SIGTERM; or: laneway run mymodule:app
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
@@ -38,6 +38,7 @@ from laneway.engine.policies import (
 )
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
+from laneway.interrupts import graceful_interrupts
 from laneway.kafka import secrets
 from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
@@ -410,21 +411,19 @@ class App:
         logger.info("%s stopped", self.settings.name)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
-        """Run until SIGINT/SIGTERM or :meth:`stop`; re-raise a fatal error after shutting down."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        """Run until SIGINT/SIGTERM or :meth:`stop`; re-raise a fatal error after shutting down.
 
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                logger.info("received %s: shutting down", signal.Signals(signum).name)
-                self._stopping.set()
-
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
-        self.start()
-        try:
-            while not self._stopping.wait(0.5):
-                pass
-        finally:
-            self.shutdown()
+        With ``install_signal_handlers`` (on the main thread), the first Ctrl-C or SIGTERM
+        shuts down gracefully and a second Ctrl-C exits at once with status 130 (see
+        :mod:`laneway.interrupts`); the handlers before are back when it returns."""
+        guard = graceful_interrupts(self.stop) if install_signal_handlers else contextlib.nullcontext()
+        with guard:
+            self.start()
+            try:
+                while not self._stopping.wait(0.5):
+                    pass
+            finally:
+                self.shutdown()
         if self.fatal is not None:
             raise self.fatal
 

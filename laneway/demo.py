@@ -41,9 +41,9 @@ from laneway.catalog.generator import GeneratorConfig, expected_final_state, gen
 from laneway.catalog.producing import ProduceResult, ensure_topics, produce
 from laneway.catalog.source import SimulatedSource
 from laneway.catalog.sync import CatalogSync, SyncSettings, consumer_lag
+from laneway.interrupts import graceful_interrupts
 from laneway.kafka import headers
 from laneway.ops.broker import LocalBroker
-from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["DemoSettings", "main"]
 

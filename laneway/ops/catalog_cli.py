@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 import typer
 
+from laneway.interrupts import graceful_interrupts
 from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
-from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["catalog_app", "register"]
 

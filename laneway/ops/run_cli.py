@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 
 from laneway.errors import ConfigError, LanewayError
+from laneway.interrupts import graceful_interrupts
 from laneway.kafka import secrets
 from laneway.kafka.client_config import active
 from laneway.ops.bootstrap import with_client_config
-from laneway.ops.interrupts import graceful_interrupts
 
 __all__ = ["load_app", "register"]
 

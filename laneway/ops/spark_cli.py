@@ -15,8 +15,8 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from laneway.interrupts import run_stoppable
 from laneway.ops.bootstrap import Bootstrap, with_client_config
-from laneway.ops.interrupts import run_stoppable
 from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER  # no pyspark import
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]

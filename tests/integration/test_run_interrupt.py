@@ -1,5 +1,6 @@
-"""`laneway run` on the real broker: Ctrl-C drains, a second Ctrl-C exits 130 at once while a
-handler blocks, and what was not committed is left for the next start (at-least-once)."""
+"""`laneway run` and a script's own `App.run()` on the real broker: Ctrl-C drains, a second
+Ctrl-C exits 130 at once while a handler blocks, and what was not committed is left for the
+next start (at-least-once)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from laneway.ops.interrupts import FIRST_MESSAGE, FORCED_MESSAGE
+from laneway.interrupts import FIRST_MESSAGE, FORCED_MESSAGE
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, produce_keyed
 
@@ -37,9 +38,17 @@ def handle(ev: Event) -> None:
 """
 
 
+#: the command line, and a script that calls ``app.run()`` itself
+_COMMANDS = {
+    "laneway-run": ["-m", "laneway.ops.cli", "run", "blocker_app:app", "--log-level", "WARNING"],
+    "app-run": ["-c", "import blocker_app; blocker_app.app.run()"],
+}
+
+
 @pytest.mark.timeout(300)  # a guard against a hang: before the fix, no hint and no forced exit
+@pytest.mark.parametrize("how", list(_COMMANDS))
 def test_a_second_ctrl_c_exits_130_and_leaves_the_blocked_record_uncommitted(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, tmp_path: Path
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, tmp_path: Path, how: str
 ) -> None:
     topic = make_topic(partitions=1)
     produce_keyed(kafka_bootstrap, topic, 2, 1)
@@ -52,7 +61,7 @@ def test_a_second_ctrl_c_exits_130_and_leaves_the_blocked_record_uncommitted(
         "LW_GROUP": group_id,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laneway.ops.cli", "run", "blocker_app:app", "--log-level", "WARNING"],
+        [sys.executable, *_COMMANDS[how]],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,

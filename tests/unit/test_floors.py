@@ -20,12 +20,14 @@ import laneway
 
 ROOT = Path(laneway.__file__).parent
 
-#: the leaves: the exception tree, and the jar fetcher (used by the broker launcher and Spark)
-_BASE = frozenset({"errors", "jars"})
+#: the leaves: the exception tree, the jar fetcher (used by the broker launcher and Spark), and
+#: the Ctrl-C handling of the app and the commands
+_BASE = frozenset({"errors", "jars", "interrupts"})
 #: each floor and the floors it may import (its own included)
 ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset({"errors"}),
     "jars": _BASE,
+    "interrupts": frozenset({"interrupts"}),
     "engine": _BASE | {"engine"},
     "kafka": _BASE | {"engine", "kafka"},
     "monitor": _BASE | {"engine", "kafka", "monitor"},

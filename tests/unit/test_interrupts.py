@@ -1,4 +1,4 @@
-"""Ctrl-C: the first stops gracefully, the second exits 130 at once (laneway.ops.interrupts).
+"""Ctrl-C: the first stops gracefully, the second exits 130 at once (laneway.interrupts).
 
 The subprocess tests run ``laneway run`` on an app whose drain never ends (a fake: no broker),
 as a handler that blocks would make it; only a forced exit ends the process.
@@ -16,8 +16,8 @@ from typing import IO
 
 import pytest
 
-from laneway.ops import interrupts
-from laneway.ops.interrupts import (
+from laneway import interrupts
+from laneway.interrupts import (
     FIRST_MESSAGE,
     FORCED_MESSAGE,
     Interrupts,
@@ -116,7 +116,7 @@ def test_the_context_puts_the_handlers_back() -> None:
 
 _STOPPABLE = """
 import threading
-from laneway.ops.interrupts import run_stoppable
+from laneway.interrupts import run_stoppable
 
 def work(stop):
     print("working", flush=True)

@@ -41,6 +41,7 @@ __all__ = [
     "check_group",
     "check_operations",
     "classify",
+    "consumer_asks",
     "probe",
     "raise_if_denied",
 ]
@@ -133,6 +134,16 @@ class Ask:
 
 
 Doing = str | Ask | Sequence[Ask] | None
+
+
+def consumer_asks(group: object, topics: Sequence[str], topic: str | None = None) -> list[Ask]:
+    """What a consumer of ``topics`` in ``group`` asks of the ACLs, for its denials' lines: Read
+    on the group, and Read on ``topic`` (a record's error names its topic) or on the only topic
+    (a subscription's error may name none, and naming the wrong one would mislead)."""
+    asks = [Ask("use", "group", str(group), "Read")]
+    if topic is not None or len(topics) == 1:
+        asks.append(Ask("read", "topic", topic or topics[0], "Read"))
+    return asks
 
 
 def _asked(code: int, doing: Doing) -> str | Ask:

@@ -40,7 +40,7 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.access import KafkaAccessError, as_access_error, raise_if_denied
+from laneway.kafka.access import KafkaAccessError, as_access_error, consumer_asks, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -384,7 +384,7 @@ class KafkaSource(RebalanceCallbacks):
         if len(ready) < len(msgs):
             for msg in msgs:
                 if (err := msg.error()) is not None:
-                    self._on_error(err)
+                    self._on_error(err, msg.topic())
         if ready:
             self._processor.submit(ready, owner=self)
             self._metrics.consumed(len(ready))
@@ -412,12 +412,11 @@ class KafkaSource(RebalanceCallbacks):
             self._consumer.seek(TopicPartition(topic, partition, offset))
         return kept
 
-    def _on_error(self, err: KafkaError) -> None:
+    def _on_error(self, err: KafkaError, topic: str | None = None) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
-        # a revoked grant or a removed user: stop, saying so (a denied group, naming it)
-        group = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED and f"use group {self._group!r}"
-        raise_if_denied(err, self._access, doing=group or None)
+        # a revoked grant or a removed user: stop, saying so, naming the group or the topic
+        raise_if_denied(err, self._access, doing=consumer_asks(self._group, self._topics, topic))
         if err.fatal():
             raise KafkaException(err)
         logger.warning("consumer error: %s", err)

@@ -5,9 +5,19 @@ with a one-line :class:`KafkaAccessDenied` (field ``sasl.username``) naming the 
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from laneway import App, Timeouts
 from laneway.kafka.access import KafkaAccessDenied
@@ -123,3 +133,71 @@ def test_an_app_run_as_the_reader_stops_with_access_denied(
     assert isinstance(error, KafkaAccessDenied), repr(error)
     assert error.field == "sasl.username" and "'reader'" in str(error), error
     assert "\n" not in str(error)
+
+
+def test_a_grant_revoked_while_the_app_runs_stops_it_naming_the_topic(
+    secure_broker: SecureBroker, app_topic: AppTopicFactory, secure_admin: AdminClient
+) -> None:
+    """Read on a topic outside the app user's prefix, granted, then revoked mid-run: the app
+    stops within seconds with the one-line denial naming that topic, not a silent stall."""
+    topic = app_topic(partitions=1, prefix="rv")
+    grants = [
+        AclBinding(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:app",
+            "*",
+            op,
+            AclPermissionType.ALLOW,
+        )
+        for op in (AclOperation.READ, AclOperation.DESCRIBE)
+    ]
+    for future in secure_admin.create_acls(grants).values():
+        future.result(timeout=30)
+    handled = threading.Event()
+    app = App(
+        "app-revoked",
+        bootstrap_servers=secure_broker.bootstrap,
+        group_id=f"app-{uuid.uuid4().hex[:6]}",
+        timeouts=Timeouts(startup=10, shutdown=1),
+        kafka_config=secure_broker.settings("app"),
+    )
+    app.handler(topic, on_failure="halt")(lambda ev: handled.set())
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            app.run_until(lambda: False, timeout=60)
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name="app-run", daemon=True)
+    thread.start()
+    admin = secure_broker.client("admin")
+    try:
+        assert produce_one(admin, topic) is None
+        assert handled.wait(30), "the granted topic's record was not handled"
+        revoke = AclBindingFilter(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:app",
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        secure_admin.delete_acls([revoke])[revoke].result(timeout=30)
+        assert produce_one(admin, topic) is None
+        thread.join(45)
+    finally:
+        app.stop()
+        thread.join(15)
+    assert outcome, "the app neither stopped nor failed within 45 s of the revoke (a silent stall)"
+    error = outcome[0]
+    assert isinstance(error, KafkaAccessDenied), repr(error)
+    text = str(error)
+    assert "\n" not in text and repr(topic) in text and "'app'" in text, text
+    assert all(p not in text for p in secure_broker.passwords.values())

@@ -15,6 +15,7 @@ from laneway.kafka.access import (
     KafkaAccessError,
     KafkaAuthError,
     classify,
+    consumer_asks,
     raise_if_denied,
 )
 
@@ -288,3 +289,18 @@ def test_the_watch_hears_a_handshake_closed_in_librdkafkas_log_lines() -> None:
     with pytest.raises(KafkaAuthError, match="closed the connection during the handshake") as info:
         watch.check()
     assert info.value.field == "security.protocol"
+
+
+def test_a_consumer_denied_while_running_names_the_topic_or_the_group() -> None:
+    """A revoked grant mid-run: the record's error names its topic; a subscription of one topic
+    names that one; of several, none is guessed."""
+    topic_code = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied")
+    group_code = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied")
+    named = classify(topic_code, SETTINGS, doing=consumer_asks("app-g", ["orders", "users"], "users"))
+    assert named is not None and "read topic 'users'" in str(named) and "--topic users" in str(named)
+    only = classify(topic_code, SETTINGS, doing=consumer_asks("app-g", ["orders"]))
+    assert only is not None and "read topic 'orders'" in str(only)
+    several = classify(topic_code, SETTINGS, doing=consumer_asks("app-g", ["orders", "users"]))
+    assert several is not None and "'orders'" not in str(several) and "'users'" not in str(several)
+    group = classify(group_code, SETTINGS, doing=consumer_asks("app-g", ["orders"]))
+    assert group is not None and "use group 'app-g'" in str(group) and "--group app-g" in str(group)

@@ -7,7 +7,8 @@ the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` 
 else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync
---until-caught-up`` does when it gives up.
+--until-caught-up`` does when it gives up. Ctrl-C stops ``generate`` once what it sent is
+flushed: it says how many records it produced and exits with code 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,17 +148,27 @@ def generate_cmd(
         span = max((r.arrival_ms for r in records), default=0)
         config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
         records = generate(config)
-    try:
-        result = produce(
-            records,
-            bootstrap=address,
-            topic=topic,
-            rate=rate or None,
-            progress=progress,
-            stall_timeout=stall_timeout,
-        )
+    stop = threading.Event()
+    try:  # Ctrl-C: what was sent is flushed, then exit 130; a second Ctrl-C exits at once
+        with graceful_interrupts(stop.set) as interrupts:
+            result = produce(
+                records,
+                bootstrap=address,
+                topic=topic,
+                rate=rate or None,
+                progress=progress,
+                stall_timeout=stall_timeout,
+                stop=stop,
+            )
     except CatalogProduceError as exc:  # the broker went away mid-run, say
         raise fail(f"producing to {topic} stopped, {exc}", code=1) from exc
+    if result.interrupted:
+        typer.secho(
+            f"interrupted: produced {result.produced} of {len(records)} records to {topic} "
+            f"in {result.seconds:.1f}s",
+            err=True,
+        )
+        raise typer.Exit(128 + (interrupts.received or 2))
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
         f"entities to {topic} in {result.seconds:.1f}s ({result.rate:,.0f} rec/s)"

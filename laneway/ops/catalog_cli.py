@@ -31,6 +31,10 @@ __all__ = ["catalog_app", "register"]
 
 logger = logging.getLogger(__name__)
 
+#: ``sync --until-caught-up``: at most this many seconds past ``--timeout`` (or past catching
+#: up) to finish the changes in hand; what is left is processed again by the next run
+GIVE_UP_DRAIN = 5.0
+
 catalog_app = typer.Typer(
     help="The data-catalog domain: metadata change events and the sync app.", no_args_is_help=True
 )
@@ -194,7 +198,12 @@ def sync_cmd(
         bool, typer.Option(help="exit once every change is processed instead of running until Ctrl-C")
     ] = False,
     timeout: Annotated[
-        float, typer.Option(help="with --until-caught-up: give up after this many seconds")
+        float,
+        typer.Option(
+            min=0.0,
+            help="with --until-caught-up: give up after this many seconds (and at most "
+            f"{GIVE_UP_DRAIN:g} s more to finish the changes in hand)",
+        ),
     ] = 600.0,
     metrics_port: Annotated[int | None, typer.Option(help="serve /metrics and /healthz on this port")] = None,
 ) -> None:
@@ -208,6 +217,7 @@ def sync_cmd(
     from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
+    from laneway.engine.policies import Timeouts
 
     address = _resolve(bootstrap)
     settings = SyncSettings(
@@ -219,6 +229,8 @@ def sync_cmd(
         delay_seconds=delay,
         concurrency=concurrency,
         metrics_port=metrics_port,
+        # the give-up comes within --timeout and a short drain; a run until Ctrl-C drains as an app does
+        shutdown_timeout=min(Timeouts().shutdown, GIVE_UP_DRAIN) if until_caught_up else Timeouts().shutdown,
     )
     with _kafka_errors():
         ensure_topics(address, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})

@@ -10,6 +10,7 @@ bursts, and stops with :class:`CatalogProduceError` when the broker stops answer
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -26,12 +27,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
-    """What :func:`produce` delivered: record counts per key and per partition, and the time taken."""
+    """What :func:`produce` delivered: record counts per key and per partition, and the time taken.
+    ``interrupted``: ``stop`` was set, and ``produced`` counts the records acknowledged before."""
 
     produced: int
     seconds: float
     per_key: Counter[str]
     per_partition: Counter[int]
+    interrupted: bool = False
 
     @property
     def rate(self) -> float:
@@ -115,6 +118,7 @@ def produce(
     progress: bool = True,
     producer_config: Mapping[str, str | int | float | bool] | None = None,
     stall_timeout: float | None = None,
+    stop: threading.Event | None = None,
 ) -> ProduceResult:
     """Produce ``records`` to ``topic`` in order with the idempotent producer.
 
@@ -127,6 +131,9 @@ def produce(
     has answered none of them for that many seconds (``None``: librdkafka's
     ``message.timeout.ms`` decides, 300 s by default). Nothing more is sent after that;
     what the client still holds is purged.
+
+    Once ``stop`` is set (by a Ctrl-C handler, say), nothing more is sent: what was sent is
+    flushed (within ``stall_timeout``) and the result says ``interrupted``.
     """
     from confluent_kafka import KafkaError, KafkaException, Message, Producer
     from rich.progress import (
@@ -168,6 +175,9 @@ def produce(
         try:
             call(timeout)
         except (KafkaException, SystemError) as exc:
+            if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                # Ctrl-C inside a delivery callback comes out wrapped: say it as what it is
+                raise KeyboardInterrupt from None
             cause = exc if isinstance(exc, KafkaException) else exc.__cause__
             err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
             if not isinstance(err, KafkaError):
@@ -191,6 +201,15 @@ def produce(
         key, partition = msg.key(), msg.partition()
         per_key[key.decode() if isinstance(key, bytes) else str(key)] += 1
         per_partition[partition if partition is not None else -1] += 1
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
+    def pause(seconds: float) -> None:
+        """Serve the producer for ``seconds`` (a rate's pacing), in steps that notice ``stop``."""
+        end = time.monotonic() + seconds
+        while not stopped() and (left := end - time.monotonic()) > 0:
+            serve(producer.poll, min(left, 0.2))
 
     def stalled() -> bool:
         return (
@@ -216,9 +235,9 @@ def produce(
             if errors or refused or fatal or stalled():  # a gap in some key's versions from here on
                 break
             if scale:
-                wait = t0 + r.arrival_ms * scale - time.monotonic()
-                if wait > 0:
-                    serve(producer.poll, wait)
+                pause(t0 + r.arrival_ms * scale - time.monotonic())
+            if stopped():
+                break
             if len(producer) == 0:  # nothing was waiting: the stall clock starts now
                 answered_at = time.monotonic()
             while True:
@@ -250,7 +269,8 @@ def produce(
         doing = f"write to topic {topic!r} with an idempotent producer (Write on the topic)"
         raise_if_denied(fatal[0], active(), doing=doing)
         errors.insert(0, fatal[0].str())
-    if acknowledged < n:
+    interrupted = stopped() and sent < n
+    if acknowledged < (sent if interrupted else n):
         if refused:
             reason = f"the client refused a record: {refused}"
         elif errors:
@@ -265,4 +285,4 @@ def produce(
             unanswered=sent - acknowledged - len(errors),
             unsent=n - sent,
         )
-    return ProduceResult(n, seconds, per_key, per_partition)
+    return ProduceResult(acknowledged, seconds, per_key, per_partition, interrupted=interrupted)

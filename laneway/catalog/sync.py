@@ -78,10 +78,14 @@ class SyncSettings:
     initial_backoff: float = 0.05
     commit_interval: float = 1.0
     metrics_port: int | None = None
+    #: at shutdown, how long the changes in hand may take to finish (``Timeouts.shutdown``)
+    shutdown_timeout: float = Timeouts().shutdown
 
     def __post_init__(self) -> None:
         if self.delay_seconds < 0:
             raise ValueError("delay_seconds must be >= 0")
+        if self.shutdown_timeout < 0:
+            raise ValueError("shutdown_timeout must be >= 0")
         if self.max_attempts < 1 or self.concurrency < 1:
             raise ValueError("max_attempts and concurrency must be >= 1")
 
@@ -165,7 +169,7 @@ class CatalogSync:
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
             concurrency=s.concurrency,
-            timeouts=Timeouts(commit_interval=s.commit_interval),
+            timeouts=Timeouts(commit_interval=s.commit_interval, shutdown=s.shutdown_timeout),
             metrics_server=None if s.metrics_port is None else MetricsServer(port=s.metrics_port),
             kafka_config=active(),  # the command's --client-config (empty outside a command line)
         )

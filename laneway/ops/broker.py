@@ -39,7 +39,7 @@ from laneway.errors import LanewayError
 if TYPE_CHECKING:
     from laneway.ops.secured import BrokerSecurity
 
-__all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "wait_for_metadata"]
+__all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "kind_mismatch", "wait_for_metadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -245,13 +245,22 @@ class LocalBroker:
         ]
 
     def start(self, *, timeout: float = 60.0, detach: bool = False) -> LocalBroker:
-        """Format, launch and wait until the broker answers; raise :class:`BrokerError` otherwise."""
-        libs = jars.ensure(jars.KAFKA)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Format, launch and wait until the broker answers; raise :class:`BrokerError` otherwise.
+        A port outside 1-65535 or a data directory that cannot be written is one line, before
+        any Java starts."""
+        if not 1 <= self.port <= 65535:
+            raise BrokerError(f"port {self.port} is not a TCP port (1-65535)")
         log_dir = self.data_dir / "logs"
         props = self.data_dir / "server.properties"
-        props.touch(mode=0o600)
-        props.chmod(0o600)  # before writing: a secured broker's holds the admin's password
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            props.touch(mode=0o600)
+            props.chmod(0o600)  # before writing: a secured broker's holds the admin's password
+        except OSError as exc:
+            raise BrokerError(
+                f"cannot create and write the data directory {self.data_dir}: {exc.strerror or exc}"
+            ) from None
+        libs = jars.ensure(jars.KAFKA)
         props.write_text(self._properties(log_dir))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
         scram = self.security.scram_arguments() if self.security is not None else []
@@ -368,6 +377,24 @@ def _users() -> tuple[str, ...]:
     from laneway.ops.secured import USERS
 
     return USERS
+
+
+def kind_mismatch(info: BrokerInfo, *, secure: bool) -> str | None:
+    """Why a ``laneway broker start`` (``--secure`` or not) cannot take the running broker
+    ``info`` as its own, or None when it is of the kind asked for."""
+    running_secure = bool(info.client_configs)
+    if running_secure == secure:
+        return None
+    if secure:
+        return (
+            f"a plain (PLAINTEXT) broker runs at {info.bootstrap} (pid {info.pid}), not a secured one; "
+            "stop it first (laneway broker stop) to start a secured one"
+        )
+    return (
+        f"the broker that runs at {info.bootstrap} (pid {info.pid}) is the secured one (SASL_SSL: "
+        "clients need --client-config, see laneway broker status); stop it first (laneway broker "
+        "stop) to start a plain one"
+    )
 
 
 def stop_recorded(info: BrokerInfo, timeout: float = 20.0) -> bool:

@@ -7,7 +7,8 @@ the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` 
 else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync
---until-caught-up`` does when it gives up.
+--until-caught-up`` does when it gives up. Ctrl-C stops ``generate`` once what it sent is
+flushed: it says how many records it produced and exits with code 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +30,10 @@ from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operation
 __all__ = ["catalog_app", "register"]
 
 logger = logging.getLogger(__name__)
+
+#: ``sync --until-caught-up``: at most this many seconds past ``--timeout`` (or past catching
+#: up) to finish the changes in hand; what is left is processed again by the next run
+GIVE_UP_DRAIN = 5.0
 
 catalog_app = typer.Typer(
     help="The data-catalog domain: metadata change events and the sync app.", no_args_is_help=True
@@ -146,17 +152,27 @@ def generate_cmd(
         span = max((r.arrival_ms for r in records), default=0)
         config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
         records = generate(config)
-    try:
-        result = produce(
-            records,
-            bootstrap=address,
-            topic=topic,
-            rate=rate or None,
-            progress=progress,
-            stall_timeout=stall_timeout,
-        )
+    stop = threading.Event()
+    try:  # Ctrl-C: what was sent is flushed, then exit 130; a second Ctrl-C exits at once
+        with graceful_interrupts(stop.set) as interrupts:
+            result = produce(
+                records,
+                bootstrap=address,
+                topic=topic,
+                rate=rate or None,
+                progress=progress,
+                stall_timeout=stall_timeout,
+                stop=stop,
+            )
     except CatalogProduceError as exc:  # the broker went away mid-run, say
         raise fail(f"producing to {topic} stopped, {exc}", code=1) from exc
+    if result.interrupted:
+        typer.secho(
+            f"interrupted: produced {result.produced} of {len(records)} records to {topic} "
+            f"in {result.seconds:.1f}s",
+            err=True,
+        )
+        raise typer.Exit(128 + (interrupts.received or 2))
     typer.echo(
         f"produced {result.produced} records ({config.invalid_events} invalid) about {len(result.per_key)} "
         f"entities to {topic} in {result.seconds:.1f}s ({result.rate:,.0f} rec/s)"
@@ -182,7 +198,12 @@ def sync_cmd(
         bool, typer.Option(help="exit once every change is processed instead of running until Ctrl-C")
     ] = False,
     timeout: Annotated[
-        float, typer.Option(help="with --until-caught-up: give up after this many seconds")
+        float,
+        typer.Option(
+            min=0.0,
+            help="with --until-caught-up: give up after this many seconds (and at most "
+            f"{GIVE_UP_DRAIN:g} s more to finish the changes in hand)",
+        ),
     ] = 600.0,
     metrics_port: Annotated[int | None, typer.Option(help="serve /metrics and /healthz on this port")] = None,
 ) -> None:
@@ -196,6 +217,7 @@ def sync_cmd(
     from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
+    from laneway.engine.policies import Timeouts
 
     address = _resolve(bootstrap)
     settings = SyncSettings(
@@ -207,6 +229,8 @@ def sync_cmd(
         delay_seconds=delay,
         concurrency=concurrency,
         metrics_port=metrics_port,
+        # the give-up comes within --timeout and a short drain; a run until Ctrl-C drains as an app does
+        shutdown_timeout=min(Timeouts().shutdown, GIVE_UP_DRAIN) if until_caught_up else Timeouts().shutdown,
     )
     with _kafka_errors():
         ensure_topics(address, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})

@@ -68,6 +68,9 @@ def broker_start(
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
     if info is not None and info.alive():
+        mismatch = broker_mod.kind_mismatch(info, secure=secure)
+        if mismatch:
+            raise fail(mismatch)
         _print_started(info)
         typer.secho(f"already running (pid {info.pid})", err=True)
         return

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -33,6 +35,33 @@ Conf = Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE;
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(2)
+
+
+def _local_path(path: str) -> Path | None:
+    """The folder ``path`` names on the local file system (no scheme, or ``file:``), else None."""
+    if "://" not in path or path.startswith("file:"):
+        return Path(path.removeprefix("file://").removeprefix("file:"))
+    return None
+
+
+def _write_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created and written to, or None when it can. The folders the
+    check creates are removed again: the run creates them itself."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".laneway-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        for created in missing:  # deepest first
+            try:
+                created.rmdir()
+            except OSError:
+                break
+    return None
 
 
 def _spark_conf(conf: list[str] | None) -> dict[str, str]:
@@ -107,6 +136,10 @@ def run(
     from laneway.spark.pipeline import PipelineError, run_pipeline
     from laneway.spark.settings import PipelineSettings
 
+    if not isinstance(logging.getLevelName(log_level.upper()), int):  # as laneway run checks it
+        raise _fail(f"--log-level: unknown level {log_level!r} (DEBUG, INFO, WARNING, ERROR)")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        raise _fail(f"--metrics-port: must be a port number 0-65535 (0: any free one), got {metrics_port}")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark_conf = _spark_conf(conf)
@@ -128,6 +161,11 @@ def run(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from exc
+    for option, path in (("--warehouse", settings.warehouse), ("--checkpoint", settings.checkpoint)):
+        local = _local_path(path)  # another file system's (s3a://, hdfs://) is Spark's to check
+        problem = None if local is None else _write_problem(local)
+        if problem:
+            raise _fail(f"{option}: cannot create and write to {path} ({problem})")
     from laneway.kafka import admin as ka
     from laneway.kafka.access import KafkaAccessDenied, check_access, check_group
 
@@ -159,7 +197,7 @@ def run(
     if metrics_port is not None:
         try:
             metrics, server = serve_metrics(metrics_port, metrics_host)
-        except OSError as exc:
+        except (OSError, OverflowError) as exc:
             raise _fail(f"--metrics-port {metrics_port}: {exc}") from exc
         logging.getLogger(__name__).info("metrics on http://%s:%d/metrics", metrics_host, server.port)
     try:
@@ -199,8 +237,8 @@ def _session(master: str, warehouse: str, conf: list[str] | None = None) -> Any:
     if problem:
         raise _fail(f"--warehouse: with --master {master}, {problem}")
 
-    if "://" not in warehouse or warehouse.startswith("file:"):
-        local = Path(warehouse.removeprefix("file://").removeprefix("file:"))
+    local = _local_path(warehouse)
+    if local is not None:
         needed = (schema.ENTITIES, schema.ENTITY_HISTORY, schema.LINEAGE_EDGES)
         missing = [t for t in needed if not (local / t / "_delta_log").is_dir()]
         if missing:

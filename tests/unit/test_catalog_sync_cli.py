@@ -1,0 +1,65 @@
+"""`laneway catalog sync --until-caught-up`'s give-up: bounded by --timeout and a short drain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from laneway.catalog import producing, sync
+from laneway.engine.policies import Timeouts
+from laneway.ops import catalog_cli, cli
+
+
+class _Built(Exception):
+    """Raised by the fake CatalogSync once the command has built its settings."""
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    seen: list[Any] = []
+
+    def fake_sync(settings: Any, **_: Any) -> None:
+        seen.append(settings)
+        raise _Built
+
+    monkeypatch.setattr(sync, "CatalogSync", fake_sync)
+    monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: [])
+    monkeypatch.setattr(catalog_cli, "_check_sync_access", lambda *a: None)
+    return seen
+
+
+def _sync(args: list[str]) -> Any:
+    if not any(g.name == "catalog" for g in cli.app.registered_groups):
+        cli._register_subcommands()
+    return CliRunner().invoke(cli.app, ["catalog", "sync", "-b", "127.0.0.1:1", *args])
+
+
+def test_until_caught_up_drains_briefly_when_it_gives_up(built: list[Any]) -> None:
+    result = _sync(["--until-caught-up", "--timeout", "2"])
+    assert isinstance(result.exception, _Built), result.output
+    assert built[0].shutdown_timeout == min(Timeouts().shutdown, catalog_cli.GIVE_UP_DRAIN) < 30
+
+
+def test_a_run_until_ctrl_c_drains_as_an_app_does(built: list[Any]) -> None:
+    result = _sync([])
+    assert isinstance(result.exception, _Built), result.output
+    assert built[0].shutdown_timeout == Timeouts().shutdown
+
+
+def test_a_negative_timeout_is_refused(built: list[Any]) -> None:
+    result = _sync(["--until-caught-up", "--timeout", "-1"])
+    assert result.exit_code == 2 and not built, result.output
+    assert "--timeout" in result.output
+
+
+def test_the_sync_app_gets_the_shutdown_timeout() -> None:
+    s = sync.SyncSettings(bootstrap_servers="127.0.0.1:1", shutdown_timeout=3.0)
+    built = sync.CatalogSync(s)
+    try:
+        assert built.app.settings.timeouts.shutdown == 3.0
+    finally:
+        built.close()
+    with pytest.raises(ValueError, match="shutdown_timeout"):
+        sync.SyncSettings(bootstrap_servers="127.0.0.1:1", shutdown_timeout=-1)

@@ -160,11 +160,9 @@ def end_offsets(conf: dict[str, str], topic: str, partitions: int) -> dict[int, 
         consumer.close()
 
 
-def failure_within(app: App, wait: float) -> BaseException | None:
-    """Run ``app`` for at most ``wait`` seconds; the exception its start or run raised, or None
-    when it ran that long without failing. The test fails when the app does not stop within
-    10 s more (its shutdown).
-    """
+def run_in_background(app: App, wait: float) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Start running ``app`` for at most ``wait`` seconds on a thread; the thread, and a list
+    that gets the exception its start or run raised (None when it ran that long)."""
     outcome: list[BaseException | None] = []
 
     def run() -> None:
@@ -177,6 +175,15 @@ def failure_within(app: App, wait: float) -> BaseException | None:
 
     thread = threading.Thread(target=run, name="app-run", daemon=True)
     thread.start()
+    return thread, outcome
+
+
+def failure_within(app: App, wait: float) -> BaseException | None:
+    """Run ``app`` for at most ``wait`` seconds; the exception its start or run raised, or None
+    when it ran that long without failing. The test fails when the app does not stop within
+    10 s more (its shutdown).
+    """
+    thread, outcome = run_in_background(app, wait)
     thread.join(wait + 10)
     if thread.is_alive():
         app.stop()

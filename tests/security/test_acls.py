@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 from laneway import App, Timeouts
 from laneway.kafka.access import KafkaAccessDenied
 from tests.security.conftest import AppTopicFactory, SecureBroker
-from tests.security.support import failure_within, produce_keyed, produce_one, read
+from tests.security.support import failure_within, produce_keyed, produce_one, read, run_in_background
 
 
 def test_the_reader_consumes_but_cannot_produce(
@@ -164,18 +164,7 @@ def test_a_grant_revoked_while_the_app_runs_stops_it_naming_the_topic(
         kafka_config=secure_broker.settings("app"),
     )
     app.handler(topic, on_failure="halt")(lambda ev: handled.set())
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            app.run_until(lambda: False, timeout=60)
-        except BaseException as exc:  # the outcome under test
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=run, name="app-run", daemon=True)
-    thread.start()
+    thread, outcome = run_in_background(app, wait=60)
     admin = secure_broker.client("admin")
     try:
         assert produce_one(admin, topic) is None

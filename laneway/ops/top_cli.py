@@ -200,8 +200,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)  # unreachable, as every command exits for a bad address
         taken = time.monotonic()
         if once or not console.is_terminal:  # piped: one frame per interval, no screen control
-            if not console.is_terminal:
-                console = Console(highlight=False, width=160)
             count = 0
             try:
                 while True:

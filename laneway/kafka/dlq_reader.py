@@ -221,6 +221,8 @@ def read_dead_letters(
     A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
     :class:`InvalidInputError` naming it, rather than matching nothing without a word.
     """
+    if limit is not None and limit < 1:  # the first match would be kept before the check
+        raise InvalidInputError(f"limit must be 1 or more, not {limit}")
     out: list[DeadLetter] = []
     unseen = {f.name for f in filters}
     read = 0

@@ -24,7 +24,14 @@ from confluent_kafka.admin import AdminClient
 
 from laneway.engine import gaps
 from laneway.kafka.access import Ask, raise_if_denied
-from laneway.kafka.admin import AdminError, UnknownGroupError, client_config, future_result, watermarks
+from laneway.kafka.admin import (
+    AdminError,
+    BrokerUnreachableError,
+    UnknownGroupError,
+    client_config,
+    future_result,
+    watermarks,
+)
 from laneway.kafka.client_config import active
 
 __all__ = ["GroupLag", "GroupState", "PartitionLag", "group_lag", "group_state", "require_group"]
@@ -44,31 +51,59 @@ class GroupState:
     finished_beyond: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
-def group_state(admin: AdminClient, group: str) -> GroupState:
-    """The group's state, members and committed offsets (retrying while the coordinator loads)."""
-    deadline = time.monotonic() + 15
+#: answers that mean "ask again shortly": the coordinator moves, loads or is not chosen yet
+#: (the first look at a group on a fresh broker answers NOT_COORDINATOR, marked non-retriable)
+_COORDINATOR_BUSY = frozenset(
+    {
+        confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        confluent_kafka.KafkaError.NOT_COORDINATOR,
+        confluent_kafka.KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+def group_state(admin: AdminClient, group: str, *, timeout: float = 15.0) -> GroupState:
+    """The group's state, members and committed offsets, asking again (0.2s, doubling up to 2s)
+    while the coordinator loads, moves or is not yet chosen, for up to ``timeout`` seconds.
+
+    No answer at all within that time (the broker went away) raises
+    :class:`~laneway.kafka.admin.BrokerUnreachableError`.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.2
     while True:
+        left = max(0.1, deadline - time.monotonic())
         try:
-            desc = admin.describe_consumer_groups([group])[group].result(10)
+            desc = admin.describe_consumer_groups([group])[group].result(min(10.0, left))
             break
+        except TimeoutError as exc:  # concurrent.futures.TimeoutError: no broker answered
+            raise BrokerUnreachableError(
+                f"no Kafka broker answered within {min(10.0, left):g}s (describing group {group!r})"
+            ) from exc
         except KafkaException as exc:
             err = exc.args[0]
             # the ACLs: one "access denied" line naming the group and the operation
             raise_if_denied(err, active(), doing=Ask("describe", "group", group, "Describe"))
-            if not err.retriable() and err.code() != confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
-                raise AdminError(f"describing group {group!r}: {err.str()}") from exc
-            if time.monotonic() > deadline:
-                raise AdminError(f"describing group {group!r}: {err.str()}") from exc
-            time.sleep(0.3)
+            if not err.retriable() and err.code() not in _COORDINATOR_BUSY:
+                raise AdminError(f"describing group {group!r}: {_text(err)}") from exc
+            if time.monotonic() + pause > deadline:
+                raise AdminError(f"describing group {group!r}: {_text(err)}") from exc
+            time.sleep(pause)
+            pause = min(2.0, pause * 2)
+    try:
+        res = future_result(
+            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
+            f"reading offsets of group {group!r}",
+            doing=Ask("read the committed offsets of", "group", group, "Describe"),
+        )
+    except TimeoutError as exc:  # concurrent.futures.TimeoutError: the broker went away
+        raise BrokerUnreachableError(
+            f"no Kafka broker answered (reading offsets of group {group!r})"
+        ) from exc
     assigned = sorted(
         (tp.topic, tp.partition)
         for m in desc.members
         for tp in (m.assignment.topic_partitions if m.assignment else [])
-    )
-    res = future_result(
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
-        f"reading offsets of group {group!r}",
-        doing=Ask("read the committed offsets of", "group", group, "Describe"),
     )
     parts = [tp for tp in res.topic_partitions or [] if tp.offset >= 0]
     committed = {(tp.topic, tp.partition): tp.offset for tp in parts}
@@ -79,6 +114,13 @@ def group_state(admin: AdminClient, group: str) -> GroupState:
     }
     state = getattr(desc.state, "name", str(desc.state)).lower()
     return GroupState(group, state, len(desc.members), tuple(assigned), committed, beyond)
+
+
+def _text(err: confluent_kafka.KafkaError) -> str:
+    """librdkafka's text for ``err``, with the error's name when the text is empty
+    (``"ConsumerGroupDescribe: "``)."""
+    text = err.str().strip()
+    return f"{text} {err.name()}" if not text or text.endswith(":") else text
 
 
 def _finished_beyond(offset: int, metadata: str | None) -> int | None:
@@ -128,11 +170,20 @@ class GroupLag:
 
 
 def group_lag(admin: AdminClient, bootstrap: str, group: str, *, probe_timeout: float = 5.0) -> GroupLag:
-    """Per partition: committed offset, end offset, lag and age of the oldest unconsumed record."""
-    gs = group_state(admin, group)
-    require_group(gs)
-    tps = sorted(set(gs.committed) | set(gs.assigned))
-    marks = watermarks(admin, tps)
+    """Per partition: committed offset, end offset, lag and age of the oldest unconsumed record.
+
+    A broker that went away (no answer in time) raises
+    :class:`~laneway.kafka.admin.BrokerUnreachableError`.
+    """
+    try:
+        gs = group_state(admin, group)
+        require_group(gs)
+        tps = sorted(set(gs.committed) | set(gs.assigned))
+        marks = watermarks(admin, tps)
+    except TimeoutError as exc:  # the offsets' futures: concurrent.futures.TimeoutError
+        raise BrokerUnreachableError(
+            f"no Kafka broker answered at {bootstrap} (reading group {group!r})"
+        ) from exc
     starts: dict[tuple[str, int], int] = {}
     for tp in tps:
         low, high = marks[tp]

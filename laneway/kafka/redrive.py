@@ -41,7 +41,14 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from laneway.kafka import headers as h
-from laneway.kafka.admin import AdminError, UnknownTopicError, client_logger, connect, describe_topic
+from laneway.kafka.admin import (
+    AdminError,
+    InvalidInputError,
+    UnknownTopicError,
+    client_logger,
+    connect,
+    describe_topic,
+)
 from laneway.kafka.dlq_reader import (
     DeadLetter,
     Filter,
@@ -264,6 +271,8 @@ def redrive(
     has that partition, the producer's key-based partitioner (murmur2) chooses, as for any
     new record. A dry run reports the planned partition when it is known (None otherwise).
     """
+    if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
+        raise InvalidInputError(f"limit must be 1 or more, not {limit}")
     admin = connect(bootstrap)
     letters = read_dead_letters(bootstrap, dlq_topic, filters=filters)
     ledger = read_ledger(bootstrap, dlq_topic)

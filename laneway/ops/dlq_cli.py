@@ -42,6 +42,12 @@ def _short(text: str | None, width: int = 60) -> str:
     return one if len(one) <= width else one[: width - 1] + "…"
 
 
+def _check_limit(limit: int) -> None:
+    """A limit under 1 is refused before anything is read: 0 or -1 would read as "no limit"."""
+    if limit < 1:
+        raise common.fail(f"--limit must be 1 or more, not {limit}")
+
+
 Filters = Annotated[
     list[str] | None,
     typer.Option(
@@ -68,6 +74,7 @@ def dlq_show(
 
     Example: laneway dlq show orders.dlq --filter error.type=ValueError --limit 20
     """
+    _check_limit(limit)
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
     with common.progress_bar(f"reading {topic}") as progress:
@@ -140,6 +147,8 @@ def dlq_redrive(
 
     Example: laneway dlq redrive orders.dlq --filter error.type=TimeoutError --dry-run
     """
+    if limit is not None:
+        _check_limit(limit)
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
     with common.progress_bar(f"redriving {topic}") as progress:

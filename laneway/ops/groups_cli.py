@@ -101,6 +101,8 @@ def lag(
 
     Example: laneway lag orders-service --watch --interval 5
     """
+    if interval <= 0:  # time.sleep refuses a negative pause with a traceback
+        raise common.fail(f"--interval must be more than 0 seconds, not {interval:g}")
     address, admin = common.connect(bootstrap)
     if not watch:
         result = group_lag(admin, address, group)

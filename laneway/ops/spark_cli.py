@@ -292,7 +292,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
     def search(
         text: Annotated[str, typer.Argument(help="text to look for in names, descriptions and owners")],
         warehouse: Warehouse = "warehouse",
-        limit: Annotated[int, typer.Option(help="at most this many results")] = 20,
+        limit: Annotated[int, typer.Option(min=1, help="at most this many results")] = 20,
         entity_type: Annotated[str | None, typer.Option("--type", help="only this entity type")] = None,
         master: Master = "local[*]",
         conf: Conf = None,

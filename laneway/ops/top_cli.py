@@ -5,11 +5,13 @@ Each URL is an instance's HTTP endpoint (``host:port`` or ``http://host:port``);
 (records/s, retries/s, dead letters/s) and the p50/p99 handler times are taken over the last
 interval; the partitions are sorted worst first (stalled, then the oldest unfinished record,
 then the lag), as many as fit the terminal. ``--once`` prints one frame (two reads one
-interval apart) and exits.
+interval apart) and exits; piped (stdout not a terminal), it prints one plain frame per
+interval instead of redrawing the screen.
 """
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -35,12 +37,13 @@ def status_url(target: str) -> str:
 
 
 def fetch(target: str, timeout: float = 3.0) -> Doc | None:
-    """One instance's ``/status`` document, or None when it does not answer."""
+    """One instance's ``/status`` document, or None when it does not answer, or answers
+    something else than HTTP (another service's port) or than JSON."""
     try:
         with urllib.request.urlopen(status_url(target), timeout=timeout) as r:
             doc: Doc = orjson.loads(r.read())
             return doc
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError, urllib.error.URLError, http.client.HTTPException):
         return None
 
 
@@ -172,33 +175,58 @@ def register(app: typer.Typer) -> None:
         ],
         once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
         interval: Annotated[float, typer.Option(help="seconds between reads")] = 1.0,
+        refreshes: Annotated[int, typer.Option(hidden=True, help="stop after this many frames (tests)")] = 0,
     ) -> None:
         """A live view of running instances of one group: throughput, p50/p99, per partition the
         commit position, lag, time lag, oldest unfinished record (its key and offset), gap,
         paused; retries and dead letters per second, hot keys, rebalances; stalled partitions.
 
+        On a terminal the view redraws in place; piped (to a file, less), it prints one plain
+        frame per interval instead, every partition in it.
+
         Example: laneway top 127.0.0.1:9100 127.0.0.1:9101
         """
+        if interval <= 0:  # time.sleep refuses a negative pause with a traceback
+            typer.secho(
+                f"error: --interval must be more than 0 seconds, not {interval:g}", err=True, fg="red"
+            )
+            raise typer.Exit(2)
         console = Console(highlight=False)
         before = [fetch(u) for u in urls]
         if all(d is None for d in before):
-            typer.secho(f"error: no instance answered at {', '.join(urls)}", err=True, fg=typer.colors.RED)
+            typer.secho(
+                f"error: no Laneway instance answered at {', '.join(urls)}", err=True, fg=typer.colors.RED
+            )
             raise typer.Exit(2)  # unreachable, as every command exits for a bad address
         taken = time.monotonic()
-        if once:
-            time.sleep(interval)
-            docs = [fetch(u) for u in urls]
-            console.print(render(docs, before, time.monotonic() - taken, console.size.height))
-            return
-        from rich.live import Live
-
-        with Live(console=console, screen=True, auto_refresh=False) as view:
+        if once or not console.is_terminal:  # piped: one frame per interval, no screen control
+            count = 0
             try:
                 while True:
                     time.sleep(interval)
                     docs = [fetch(u) for u in urls]
                     now = time.monotonic()
+                    # piped, nothing scrolls off a screen: every partition
+                    height = console.size.height if console.is_terminal else 1_000_000
+                    console.print(render(docs, before, now - taken, height))
+                    console.file.flush()  # a pipe buffers: a reader (tail -f, less) sees each frame now
+                    before, taken = docs, now
+                    count += 1
+                    if once or (refreshes and count >= refreshes):
+                        return
+            except KeyboardInterrupt:
+                return
+        from rich.live import Live
+
+        with Live(console=console, screen=True, auto_refresh=False) as view:
+            try:
+                count = 0
+                while not refreshes or count < refreshes:
+                    time.sleep(interval)
+                    docs = [fetch(u) for u in urls]
+                    now = time.monotonic()
                     view.update(render(docs, before, now - taken, console.size.height), refresh=True)
                     before, taken = docs, now
+                    count += 1
             except KeyboardInterrupt:
                 pass

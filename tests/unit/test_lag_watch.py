@@ -52,3 +52,13 @@ def test_watch_piped_json_is_one_document_a_line(lags: list[int]) -> None:
     result = CliRunner().invoke(_app(), ["lag", "shop", "--watch", "--refreshes", "3", "--json"])
     assert result.exit_code == 0, result.output
     assert [orjson.loads(line)["total_lag"] for line in result.stdout.splitlines()] == lags
+
+
+@pytest.mark.parametrize("interval", ["0", "-2"])
+def test_an_interval_not_above_zero_is_one_line_and_exit_2(lags: list[int], interval: str) -> None:
+    """A negative one raised ValueError from time.sleep, a traceback."""
+    result = CliRunner().invoke(_app(), ["lag", "shop", "--watch", "--interval", interval])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: --interval must be more than 0 seconds, not {interval}"
+    ]

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from rich.console import Console
+from typer.testing import CliRunner, Result
 
+from laneway.ops import top_cli
 from laneway.ops.top_cli import render
 
 
@@ -53,4 +59,63 @@ def test_no_instance_answering_is_one_line_and_exit_2() -> None:
     result = CliRunner().invoke(cli.app, ["top", "127.0.0.1:1", "--once"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["error: no instance answered at 127.0.0.1:1"]
+    assert lines == ["error: no Laneway instance answered at 127.0.0.1:1"]
+
+
+def _top(*args: str) -> Result:
+    from laneway.ops import cli
+
+    if not any(c.name == "top" for c in cli.app.registered_commands):
+        cli._register_subcommands()
+    return CliRunner().invoke(cli.app, ["top", *args])
+
+
+@pytest.fixture
+def not_http() -> Iterator[str]:
+    """A port that answers, but not HTTP (an SSH banner): ``host:port``."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
+    server.close()
+    thread.join(5)
+
+
+def test_a_port_that_is_not_http_is_one_line_and_exit_2(not_http: str) -> None:
+    """It raised http.client.BadStatusLine, a traceback."""
+    result = _top(not_http, "--once")
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == [f"error: no Laneway instance answered at {not_http}"]
+
+
+@pytest.mark.parametrize("interval", ["0", "-1"])
+def test_an_interval_not_above_zero_is_one_line_and_exit_2(interval: str) -> None:
+    result = _top("127.0.0.1:1", "--interval", interval)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: --interval must be more than 0 seconds, not {interval}"
+    ]
+
+
+def test_piped_it_prints_one_plain_frame_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a terminal: it printed nothing at all until killed."""
+    reads = iter([_doc(processed=p, consumed=p) for p in (0, 100, 300, 600)])
+    monkeypatch.setattr(top_cli, "fetch", lambda url: next(reads))
+    monkeypatch.setattr(top_cli.time, "sleep", lambda seconds: None)
+    result = _top("127.0.0.1:9100", "--refreshes", "3")
+    assert result.exit_code == 0, result.output
+    frames = [line for line in result.stdout.splitlines() if line.startswith("laneway top  group g  1/1 up")]
+    assert len(frames) == 3
+    assert "\x1b" not in result.stdout  # no screen switching, no cursor movement, no colour

@@ -160,6 +160,13 @@ class AppSettings(BaseModel):
                 raise ValueError(f"{key!r} is Laneway's to set: {why}")
         return v
 
+    @field_validator("consumers", "concurrency", mode="before")
+    @classmethod
+    def _whole(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # an int to pydantic, and True would mean 1
+            raise ValueError(f"must be a whole number, got {v!r}")
+        return v
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _hosts(cls, v: str) -> str:

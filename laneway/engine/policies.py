@@ -157,9 +157,10 @@ class Timeouts:
             ("startup", False),
         ):
             value = getattr(self, name)
-            if not is_number(value) or value < 0 or (value == 0 and not zero_ok):
+            if not is_number(value) or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 bound = ">= 0" if zero_ok else "> 0"
-                raise ConfigError(f"timeouts.{name}", f"must be a number of seconds {bound}, got {value!r}")
+                why = f"must be a finite number of seconds {bound}, got {value!r}"
+                raise ConfigError(f"timeouts.{name}", why)
 
 
 @dataclass(frozen=True, kw_only=True)

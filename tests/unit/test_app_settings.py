@@ -117,6 +117,10 @@ def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
         (lambda: Timeouts(revoke=float("nan")), "timeouts.revoke"),
         (lambda: Timeouts(stall="1"), "timeouts.stall"),
         (lambda: Timeouts(startup=0), "timeouts.startup"),
+        (lambda: Timeouts(commit_interval=float("inf")), "timeouts.commit_interval"),  # never commits
+        (lambda: Timeouts(shutdown=float("inf")), "timeouts.shutdown"),
+        (lambda: App("a", bootstrap_servers="127.0.0.1:9092", concurrency=True), "concurrency"),
+        (lambda: App("a", bootstrap_servers="127.0.0.1:9092", consumers=True), "consumers"),
         (lambda: MetricsServer(port=70000), "metrics_server.port"),
         (lambda: MetricsServer(port=True), "metrics_server.port"),
         (lambda: MetricsServer(port=9100, host=""), "metrics_server.host"),

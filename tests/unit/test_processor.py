@@ -531,7 +531,9 @@ def test_a_handler_turning_slow_hands_its_chunk_back(
     assert proc.drain(30)
     assert sorted(done) == list(range(20_200))
     # the chunk that met the slow handler gave its other lanes back: they ran side by side
-    assert peak[0] >= 12, (peak[0], proc.cost.work)
+    # (kept, one worker would run them all: peak 1). Not 16: on a loaded machine the workers
+    # ramp up while the first lanes already finish (CI saw 11)
+    assert peak[0] >= 6, (peak[0], proc.cost.work)
 
 
 def test_cheap_plain_handlers_run_on_the_submitting_thread_until_one_is_slow(

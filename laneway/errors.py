@@ -4,9 +4,10 @@ it. A second base in brackets is there for callers that catch it::
 
     LanewayError                    the root (this module)
     ├── ConfigError                 bad configuration: refuse to start, naming the field [ValueError]
-    │   └── KafkaAccessError        laneway.kafka.access: the cluster refused the client; field: the setting
-    │       ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
-    │       └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
+    │   ├── KafkaAccessError        laneway.kafka.access: the cluster refused the client; field: the setting
+    │   │   ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
+    │   │   └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
+    │   └── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
     ├── HandlerFailed               an event failed its last attempt and the policy is "halt"
     ├── DeadLetterError             a dead letter could not be written (the event stays uncommitted)
     ├── EngineStopped               work was submitted to an engine that is closing

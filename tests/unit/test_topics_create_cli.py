@@ -61,7 +61,7 @@ def test_an_option_and_a_config_setting_the_same_thing_are_refused(
         (["--retention", "12h"], "retention 12h, cleanup delete"),
         (["--retention", "-1"], "retention forever, cleanup delete"),
         (["--config", "retention.ms=5"], "retention 5ms, cleanup delete"),
-        (["--config", "retention.ms=86400000", "--cleanup-policy", "compact"], "retention 1d, cleanup compact"),
+        (["-c", "retention.ms=86400000", "--cleanup-policy", "compact"], "retention 1d, cleanup compact"),
     ],
 )
 def test_the_report_says_the_retention_the_topic_got(admin: FakeAdmin, args: list[str], said: str) -> None:

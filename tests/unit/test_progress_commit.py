@@ -91,3 +91,16 @@ def test_a_refused_commit_names_the_error(group: GroupProgress, caplog: pytest.L
     assert _lines(caplog, logging.DEBUG) == [
         "could not commit the pipeline's progress to group pipeline: big"
     ]
+
+
+def test_an_access_check_that_cannot_answer_leaves_it_to_the_commit(
+    group: GroupProgress, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a denial ends the group's use; a check that timed out is no reason to crash or stop."""
+
+    def no_answer(*args: Any, **kwargs: Any) -> None:
+        raise TimeoutError
+
+    monkeypatch.setattr(progress_mod, "check_group", no_answer)
+    assert group.commit({0: 1}) is False  # the commit was tried: nobody answered it either
+    assert group.disabled is None and len(instances) == 1 and len(instances[0].commits) == 1

@@ -46,6 +46,7 @@ from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
+from laneway.registration import check_signature
 from laneway.settings import AppSettings, Tracing, replica, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings"]
@@ -223,6 +224,9 @@ class App:
         return register
 
     def add_handler(self, spec: HandlerSpec) -> None:
+        """Register ``spec``; a handler that cannot be called with one event raises
+        :class:`~laneway.registration.HandlerSignatureError` (a ``ConfigError`` and a ``TypeError``)."""
+        check_signature(spec.fn, spec.topic)
         if spec.topic in self.handlers:
             raise ConfigError("topic", f"a handler for {spec.topic!r} is already registered")
         self.handlers[spec.topic] = spec

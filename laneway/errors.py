@@ -4,10 +4,11 @@ it. A second base in brackets is there for callers that catch it::
 
     LanewayError                    the root (this module)
     ├── ConfigError                 bad configuration: refuse to start, naming the field [ValueError]
-    │   └── KafkaAccessError        laneway.kafka.access: the cluster refused the client; field: the setting
-    │       ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
-    │       └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
-    ├── HandlerFailed               an event failed its last attempt and the policy is "halt"
+    │   ├── KafkaAccessError        laneway.kafka.access: the cluster refused the client; field: the setting
+    │   │   ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
+    │   │   └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
+    │   └── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
+    ├── HandlerFailed               an event failed its last attempt (or did not deserialize) under "halt"
     ├── DeadLetterError             a dead letter could not be written (the event stays uncommitted)
     ├── EngineStopped               work was submitted to an engine that is closing
     ├── SerdeError                  laneway.kafka.serde: a value could not be converted [ValueError]
@@ -58,13 +59,28 @@ class ConfigError(LanewayError, ValueError):
 
 
 class HandlerFailed(LanewayError):
-    """An event exhausted its attempts under ``on_failure="halt"``; the cause is chained."""
+    """An event exhausted its attempts under ``on_failure="halt"``, or (``unreadable``) its value
+    could not be deserialized and the handler never ran; the cause is chained: the handler's
+    error, or the deserializer's."""
 
     def __init__(
-        self, topic: str, partition: int, offset: int, attempts: int, cause: BaseException | None = None
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        attempts: int,
+        cause: BaseException | None = None,
+        *,
+        unreadable: bool = False,
     ) -> None:
         why = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        super().__init__(f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s){why}")
+        where = f"topic {topic!r}, partition {partition}, offset {offset}"
+        super().__init__(
+            f"the record at {where} could not be deserialized, so its handler did not run{why}"
+            if unreadable
+            else f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s){why}"
+        )
+        self.unreadable = unreadable
         self.__cause__ = cause
         self.topic = topic
         self.partition = partition

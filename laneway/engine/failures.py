@@ -81,7 +81,10 @@ class FailurePaths:
             self._dead_letter(lane, ev, state, err)
         else:
             self.table.release([state])
-            self.halt(HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt, err))
+            cause, unreadable = cause_of(err), is_unreadable(err)  # the deserializer's own error
+            self.halt(
+                HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt, cause, unreadable=unreadable)
+            )
 
     def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
         try:

@@ -23,12 +23,15 @@ make it the settings of every client the command builds (:func:`using`, :func:`a
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Final
+
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
@@ -81,21 +84,23 @@ _active: ContextVar[Mapping[str, Any] | None] = ContextVar("laneway_client_confi
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
-def _logical_lines(text: str) -> Iterator[str]:
-    """The file's logical lines: comments and blank lines dropped, continuations joined."""
-    pending = ""
-    for raw in text.splitlines():
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The file's logical lines with the number of the line each starts on: comments and
+    blank lines dropped, continuations joined."""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.lstrip(" \t\f")
         if not pending and (not line or line[0] in "#!"):
             continue
+        start = start if pending else number
         trailing = len(line) - len(line.rstrip("\\"))
         if trailing % 2 == 1:  # an odd number of backslashes: the line goes on
             pending += line[:-1]
             continue
-        yield pending + line
+        yield start, pending + line
         pending = ""
     if pending:
-        yield pending
+        yield start, pending
 
 
 def _unescape(text: str) -> str:
@@ -120,8 +125,13 @@ def _unescape(text: str) -> str:
 def parse_properties(text: str) -> dict[str, str]:
     """A Java properties text as a dict: ``key=value``, ``key: value`` or ``key value``,
     ``#``/``!`` comments, ``\\`` continuations and escapes (``\\t``, ``\\uXXXX``, ``\\=``)."""
-    out: dict[str, str] = {}
-    for line in _logical_lines(text):
+    return {key: value for key, (value, _) in _parse(text).items()}
+
+
+def _parse(text: str) -> dict[str, tuple[str, int]]:
+    """:func:`parse_properties` with the number of the line each key's value came from."""
+    out: dict[str, tuple[str, int]] = {}
+    for number, line in _logical_lines(text):
         i = 0
         while i < len(line):
             c = line[i]
@@ -134,7 +144,7 @@ def parse_properties(text: str) -> dict[str, str]:
         key, rest = line[:i], line[i:].lstrip(" \t\f")
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
-        out[_unescape(key)] = _unescape(rest)
+        out[_unescape(key)] = (_unescape(rest), number)
     return out
 
 
@@ -235,7 +245,8 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
 
 def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dict[str, str]:
     """The librdkafka settings of the properties file at ``path``; a :class:`ConfigError`
-    naming the file when it cannot be read, and the key when one cannot be translated. A
+    naming the file when it cannot be read, the key when one cannot be translated, and the
+    file and line when librdkafka refuses a key (unknown, or a value it cannot take). A
     missing file's error names ``given_by``, where the path came from: the Python API's
     ``client_config=`` argument (the default) or, from the command lines, :data:`CLI_OPTION`.
     The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
@@ -247,14 +258,45 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError(_FIELD, f"cannot read {p}: {why}") from None
+    parsed = _parse(text)
+    props = {key: value for key, (value, _) in parsed.items()}
     try:
-        settings = to_librdkafka(parse_properties(text))
+        settings = to_librdkafka(props)
     except ConfigError as exc:
-        raise ConfigError(
-            _FIELD, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(parse_properties(text)))}"
-        ) from None
+        raise ConfigError(_FIELD, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(props))}") from None
+    if refused := _refused(settings):
+        key, why = refused
+        where = f"{p} line {parsed[key][1]}" if key in parsed else str(p)
+        if f'"{key}"' not in why:  # librdkafka named another key (linger.ms: queue.buffering.max.ms)
+            where += f" ({key})"
+        raise ConfigError(_FIELD, f"{where}: {secrets.scrub(why, secrets.secret_values(props))}")
     secrets.remember(settings)
     return settings
+
+
+def _refused(settings: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first key librdkafka refuses by itself (unknown, or a value it cannot take), with its
+    text; None when it takes every one. A client is built to ask (librdkafka has no other way)
+    without ``bootstrap.servers``, so it connects nowhere; what only a client's start finds (a
+    certificate file, a pair of settings that clash) is left to the clients the file is for."""
+    quiet = logging.getLogger("laneway.kafka.client_config.check")
+    quiet.setLevel(logging.CRITICAL)  # "a consumer property, ignored by this producer"
+
+    def refusal(conf: Mapping[str, str]) -> str | None:
+        try:
+            Producer({k: v for k, v in conf.items() if k != "bootstrap.servers"}, logger=quiet)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            text = err.str() if isinstance(err, KafkaError) else str(err)
+            return None if text.startswith("Failed to create") else text.strip()
+        return None
+
+    if refusal(settings) is None:
+        return None
+    for key, value in settings.items():  # which one: librdkafka may name another (an alias)
+        if (why := refusal({key: value})) is not None:
+            return key, why
+    return None
 
 
 # -- the settings of the command running now ------------------------------------------------------

@@ -32,7 +32,15 @@ from laneway.kafka.admin import (
 from laneway.kafka.client_config import active
 from laneway.kafka.groups import GroupState, group_state, require_group
 
-__all__ = ["ResetPlan", "ResetRow", "ResetTarget", "apply_reset", "check_no_live_members", "plan_reset"]
+__all__ = [
+    "ResetPlan",
+    "ResetRow",
+    "ResetTarget",
+    "apply_reset",
+    "check_new_group",
+    "check_no_live_members",
+    "plan_reset",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +133,27 @@ def check_no_live_members(admin: AdminClient, group: str) -> GroupState:
     return gs
 
 
+def check_new_group(admin: AdminClient, group: str, new_group: str) -> None:
+    """Raise :class:`InvalidInputError` naming ``new_group`` when it is ``group`` itself or a
+    group that exists (live members, or committed offsets of a stopped one)."""
+    if new_group == group:
+        raise InvalidInputError(
+            f"--new-group {new_group!r} is the group itself: leave --new-group out to reset {group!r}"
+        )
+    gs = group_state(admin, new_group)
+    if gs.members or gs.committed:
+        what = (
+            f"{gs.members} live member(s)"
+            if gs.members
+            else f"committed offsets on {len(gs.committed)} partition(s)"
+        )
+        raise InvalidInputError(
+            f"--new-group {new_group!r}: consumer group {new_group!r} already exists ({what}); "
+            "--new-group takes a group id not in use. To move that group's own offsets, "
+            f"run: laneway replay {new_group} ... (without --new-group)"
+        )
+
+
 def plan_reset(
     admin: AdminClient,
     group: str,
@@ -135,8 +164,12 @@ def plan_reset(
 ) -> ResetPlan:
     """Work out the new offsets; nothing is written. Partitions: those of ``topics``, else the
     ones the group has committed offsets for. An offset outside a partition's retained range
-    moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`)."""
+    moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`).
+    A ``new_group`` that already exists (members or committed offsets) is refused: its offsets
+    would be overwritten, and those the plan leaves out would be read as its start."""
     gs = group_state(admin, group)
+    if new_group is not None:
+        check_new_group(admin, group, new_group)
     if topics:
         tps = [(t, p.id) for t in topics for p in topic_partitions(admin, t)]
     else:

@@ -10,6 +10,7 @@ laneway pipeline run                 the Spark pipeline into Delta tables
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shutil
 import tempfile
@@ -75,16 +76,58 @@ def broker_start(
         typer.secho(f"already running (pid {info.pid})", err=True)
         return
     root = state.parent
+    new_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     data = data_dir or Path(tempfile.mkdtemp(prefix="data-", dir=root))
+    undo_data = _Created(data) if data_dir is not None else _Created(data, made=data)
     b = broker_mod.LocalBroker(data, port=port or None, secure=secure)
     try:
         b.start(timeout=timeout, detach=True)
-    except broker_mod.BrokerError as exc:
-        raise fail(str(exc)) from exc
+    except BaseException as exc:  # a BrokerError, or Ctrl-C while waiting
+        b.stop()  # the process it started, if one still runs
+        undo_data.remove()
+        if new_root:  # and empty: other starts may be adding theirs, the jars stay
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        if isinstance(exc, broker_mod.BrokerError):
+            raise fail(str(exc)) from exc
+        raise
     b.info().save(state)
     _print_started(b.info())
     typer.secho(f"broker pid {b.info().pid}, data {data}", err=True)
+
+
+class _Created:
+    """What a ``broker start`` creates at ``path``, to remove it (and only it) when the start
+    fails: the highest missing directory on the way to ``path`` (``made``, when known), else the
+    entries the start adds to the existing directory ``path``. The error quotes the broker's log
+    first, so nothing it says is lost."""
+
+    def __init__(self, path: Path, made: Path | None = None) -> None:
+        self.path = path
+        self.made = made
+        self.before: set[str] | None = None
+        if made is None:
+            missing = [p for p in (path, *path.parents) if not p.exists()]
+            if missing:
+                self.made = missing[-1]
+            elif path.is_dir():
+                self.before = {entry.name for entry in path.iterdir()}
+
+    def remove(self) -> None:
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+            return
+        if self.before is None:
+            return
+        with contextlib.suppress(OSError):
+            for entry in self.path.iterdir():
+                if entry.name in self.before:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
 
 def _print_started(info: broker_mod.BrokerInfo) -> None:

@@ -187,7 +187,10 @@ def replay(
     ] = None,
     new_group: Annotated[
         str | None,
-        typer.Option(help="write the offsets to this new group id instead (the group keeps running)"),
+        typer.Option(
+            help="write the offsets to this new group id instead (the group keeps running); "
+            "a group that exists is refused"
+        ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = False,
     bootstrap: Bootstrap = None,
@@ -195,7 +198,9 @@ def replay(
 ) -> None:
     """Reset a consumer group's offsets to replay (or skip) records.
 
-    Refused while the group has live members, unless --new-group names a new group id.
+    Refused while the group has live members, unless --new-group names a new group id. A
+    --new-group that exists (live members, or committed offsets) is refused too; to move that
+    group's own offsets, give it as GROUP.
 
     An offset (--to-offset, --shift) past a partition's end offset moves to the end, and one
     before its earliest retained record to that record, each with a warning on stderr.

@@ -43,10 +43,15 @@ def topics_create(
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="number of partitions")] = 1,
     replication: Annotated[int, typer.Option("--replication", "-r", help="replication factor")] = 1,
     retention: Annotated[
-        str, typer.Option(help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 = forever")
-    ] = "14d",
+        str | None,
+        typer.Option(
+            help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 = forever [default: 14d]"
+        ),
+    ] = None,
     segment_size: Annotated[str | None, typer.Option(help="log segment size, e.g. 256MiB")] = None,
-    cleanup_policy: Annotated[str, typer.Option(help="delete, compact or compact,delete")] = "delete",
+    cleanup_policy: Annotated[
+        str | None, typer.Option(help="delete, compact or compact,delete [default: delete]")
+    ] = None,
     config: Annotated[
         list[str] | None, typer.Option("--config", "-c", help="extra topic setting KEY=VALUE")
     ] = None,
@@ -55,16 +60,25 @@ def topics_create(
 ) -> None:
     """Create a topic; retention defaults to two weeks.
 
+    A --config KEY=VALUE may not set what an option sets (retention.ms, segment.bytes,
+    cleanup.policy) when that option is given too.
+
     Example: laneway topics create orders --partitions 12 --replication 3 --retention 14d
     """
-    retention_ms = parse_duration(retention)
-    segment = parse_size(segment_size) if segment_size else None
     extra = {}
     for item in config or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise common.fail(f"malformed --config {item!r} (expected KEY=VALUE)")
         extra[key] = value
+    given = {"--retention": retention, "--segment-size": segment_size, "--cleanup-policy": cleanup_policy}
+    for option, key in _OPTION_KEYS.items():
+        if given[option] is not None and key in extra:
+            raise common.fail(
+                f"{option} {given[option]} and --config {key}={extra[key]} both set {key}: give one of them"
+            )
+    retention_ms = parse_duration(retention) if retention is not None else ka.DEFAULT_RETENTION_MS
+    segment = parse_size(segment_size) if segment_size else None
     _, admin = common.connect(bootstrap)
     desc = ka.create_topic(
         admin,
@@ -73,16 +87,39 @@ def topics_create(
         replication=replication,
         retention_ms=retention_ms,
         segment_bytes=segment,
-        cleanup_policy=cleanup_policy,  # type: ignore[arg-type]  # validated by create_topic
+        cleanup_policy=cleanup_policy or "delete",  # type: ignore[arg-type]  # validated by create_topic
         config=extra,
     )
     if json:
         common.echo_json(desc)
         return
+    retained, cleanup = _retention(desc.config.get("retention.ms")), desc.config.get("cleanup.policy")
     typer.echo(
         f"created {desc.name}: {len(desc.partitions)} partition(s), replication {desc.replication}, "
-        f"retention {retention}, cleanup {desc.config.get('cleanup.policy', cleanup_policy)}"
+        f"retention {retained}, cleanup {cleanup}"
     )
+
+
+#: the options of ``topics create`` and the topic setting each sets
+_OPTION_KEYS = {
+    "--retention": "retention.ms",
+    "--segment-size": "segment.bytes",
+    "--cleanup-policy": "cleanup.policy",
+}
+
+
+def _retention(ms: str | None) -> str:
+    """A topic's ``retention.ms`` as ``topics create`` reports it: ``14d``, ``90m``, ``5ms``, ``forever``."""
+    try:
+        value = int(ms or "")
+    except ValueError:
+        return ms or "?"
+    if value < 0:
+        return "forever"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if value and value % size == 0:
+            return f"{value // size}{unit}"
+    return f"{value}ms"
 
 
 @topics_app.command("list")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,19 @@ from laneway.ops import broker as broker_mod
 from laneway.ops.cli import app
 
 
-def test_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _cache_with_the_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A temporary cache (``LANEWAY_CACHE``) sharing the already fetched Kafka jars."""
     real_cache = broker_mod.jars.cache_dir()
     monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
-    # share the already fetched jars with the temporary cache
     libs = broker_mod.jars.KAFKA.libs(real_cache)
     target = broker_mod.jars.KAFKA.libs(tmp_path)
     target.parent.mkdir(parents=True)
     target.symlink_to(libs)
     (target.parent / ".complete").write_text("x")
 
+
+def test_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _cache_with_the_jars(tmp_path, monkeypatch)
     runner = CliRunner()
     started = runner.invoke(app, ["broker", "start"])
     assert started.exit_code == 0, started.output
@@ -40,6 +44,22 @@ def test_start_status_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert not info.alive()
     assert not Path(f"/proc/{info.pid}").exists() or not info.alive()
     assert runner.invoke(app, ["broker", "status"]).exit_code == 1
+
+
+def test_a_start_on_a_taken_port_fails_and_leaves_no_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cache_with_the_jars(tmp_path, monkeypatch)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["broker", "start", "--port", str(port), "--timeout", "60"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: "), result.output
+    assert not (tmp_path / "broker" / "state.json").exists()
+    left = sorted(p.name for p in (tmp_path / "broker").glob("data-*"))
+    assert left == [], f"the failed start left {left}"
 
 
 def test_start_failure_quotes_the_log(tmp_path: Path) -> None:

@@ -100,6 +100,25 @@ def test_topics_create_with_settings(kafka_bootstrap: str, topic_name: str) -> N
     assert config["min.compaction.lag.ms"] == "1000"
 
 
+def test_topics_create_says_the_retention_the_topic_got(
+    kafka_bootstrap: str, kafka_admin: AdminClient, topic_name: str
+) -> None:
+    """``--config retention.ms=5 --retention 1d`` made a topic keeping records 5 ms and said 1d."""
+    both = invoke(
+        kafka_bootstrap, "topics", "create", topic_name, "--config", "retention.ms=5", "--retention", "1d"
+    )
+    error = one_line_error(both)
+    assert "--retention 1d" in error and "--config retention.ms=5" in error, error
+    assert topic_name not in kafka_admin.list_topics(timeout=10).topics
+    created = invoke(kafka_bootstrap, "topics", "create", topic_name, "--config", "retention.ms=5000")
+    assert created.exit_code == 0, created.output
+    assert "retention 5s," in created.stdout, created.stdout
+    config = orjson.loads(invoke(kafka_bootstrap, "topics", "describe", topic_name, "--json").stdout)[
+        "config"
+    ]
+    assert config["retention.ms"] == "5000"
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -172,3 +172,19 @@ def test_replay_refuses_a_live_group_unless_new_group(
         assert lag["members"] == 1 and lag["state"] == "stable"
     finally:
         consumer.close()
+
+
+def test_replay_new_group_refuses_a_group_that_exists(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """A stopped group's id given to --new-group: refused, naming it; its offsets kept."""
+    stopped = f"{group_id}-old"
+    commit(kafka_bootstrap, stopped, [TopicPartition(consumed, 0, 1), TopicPartition(consumed, 1, 2)])
+    for args in (["--dry-run"], []):
+        error = one_line_error(
+            invoke(kafka_bootstrap, "replay", group_id, "--to-latest", "--new-group", stopped, *args)
+        )
+        assert f"consumer group {stopped!r} already exists" in error, error
+        assert f"laneway replay {stopped} ... (without --new-group)" in error, error
+    assert committed(kafka_admin, stopped) == {0: 1, 1: 2}
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}

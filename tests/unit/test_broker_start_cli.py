@@ -72,3 +72,46 @@ def test_a_running_broker_of_the_same_kind_is_reported(state: Path, monkeypatch:
     monkeypatch.setattr(broker_mod.BrokerInfo, "alive", lambda self: True)
     code, lines = _start([])
     assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
+
+
+def _left(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_a_failed_start_removes_the_data_directory_it_made(state: Path) -> None:
+    (state.parent).mkdir(parents=True)
+    code, lines = _start(["--port", "70000"])
+    assert code == 2, lines
+    assert _left(state.parent) == []  # no data-* directory left behind
+
+
+@pytest.fixture
+def no_jars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jars cannot be fetched: the start fails after it wrote the data dir's first files."""
+
+    def fail(*_: object) -> Path:
+        raise broker_mod.BrokerError("cannot fetch the Kafka jars")
+
+    monkeypatch.setattr(broker_mod.jars, "ensure", fail)
+
+
+def test_a_failed_start_removes_the_data_dir_it_was_told_to_make(
+    state: Path, tmp_path: Path, no_jars: None
+) -> None:
+    code, lines = _start(["--data-dir", str(tmp_path / "new" / "data")])
+    assert code == 2 and lines == ["error: cannot fetch the Kafka jars"], lines
+    assert not (tmp_path / "new").exists()  # the highest directory the start made
+
+
+def test_a_failed_start_keeps_what_was_in_an_existing_data_dir(
+    state: Path, tmp_path: Path, no_jars: None
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, lines = _start(["--data-dir", str(mine)])
+    assert code == 2 and lines == ["error: cannot fetch the Kafka jars"], lines
+    assert _left(mine) == ["notes.txt"]  # what the start added is gone, the rest kept
+    code, lines = _start([])
+    assert code == 2, lines
+    assert _left(state.parent) == []  # nor the broker directory it made

@@ -267,3 +267,57 @@ def test_a_missing_file_is_one_line_and_exit_2(command: list[str], tmp_path: Pat
     assert result.stderr.strip().splitlines() == [
         f"error: client_config: no such file: {missing} (--client-config / $LANEWAY_CLIENT_CONFIG)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "says"),
+    [
+        ("security.protocol=SASL_SSL\nthis is not a setting\n", 2, 'No such configuration property: "this"'),
+        ("[client]\nbootstrap.servers=k:9092\n", 1, 'No such configuration property: "[client]"'),
+        (
+            "# a comment\n\nsecurity.protocol: PLAINTXT\n",
+            3,
+            'Invalid value "PLAINTXT" for configuration property',
+        ),
+        (
+            "sasl.password=hunter22\\\n  -more\nlinger.ms=-5\n",
+            3,
+            '(linger.ms): Configuration property "queue.',
+        ),
+    ],
+)
+def test_a_key_librdkafka_refuses_names_the_file_and_line(
+    tmp_path: Path, text: str, line: int, says: str
+) -> None:
+    """Such a key failed when the first client was built, as "kafka: No such configuration
+    property: ..." with no word of the file it came from."""
+    f = tmp_path / "client.properties"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(f)
+    said = str(info.value)
+    assert said.startswith(f"client_config: {f} line {line}") and says in said, said
+    assert "hunter22" not in said
+
+
+def test_what_only_a_client_s_start_finds_is_left_to_the_clients(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=SSL\nssl.ca.location=/no/such/ca.pem\nbootstrap.servers=k:1\n")
+    assert cc.load_client_config(f)["ssl.ca.location"] == "/no/such/ca.pem"
+
+
+def test_a_refused_key_is_one_line_naming_the_file_and_exit_2(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from laneway.ops import kafka_cli
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    kafka_cli.register(app)
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=SASL_SSL\nsasl.mechanisms SCRAM-SHA-512\nsasl.mechansim=PLAIN\n")
+    result = CliRunner().invoke(app, ["topics", "list", "--client-config", str(f)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f'error: client_config: {f} line 3: No such configuration property: "sasl.mechansim"'
+    ]

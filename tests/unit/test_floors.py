@@ -1,8 +1,8 @@
 """Imports go down the floors only (read from the source with ast; nothing is imported).
 
     laneway/errors.py (a leaf) <- laneway/engine <- laneway/kafka <- laneway/monitor
-        <- laneway/app.py (and the package's __init__) <- laneway/spark
-                                                       <- laneway/catalog
+        <- laneway/app.py, settings.py, registration.py (and the package's __init__) <- laneway/spark
+                                                                                     <- laneway/catalog
         <- laneway/ops and laneway/demo.py (the top floor: the command lines, the broker launcher)
 
 A module may import its own floor and the floors below it; spark and catalog stand side by
@@ -44,7 +44,7 @@ def floor_of(module: str) -> str:
     assert parts[0] == "laneway", module
     if len(parts) == 2 and not (ROOT / parts[1]).is_dir() and not (ROOT / f"{parts[1]}.py").is_file():
         return "app"  # a name the package's __init__ exports (from laneway import App)
-    if len(parts) == 1 or parts[1] in ("app", "settings"):
+    if len(parts) == 1 or parts[1] in ("app", "settings", "registration"):
         return "app"  # the package's __init__ exports the app's names
     if parts[1] == "demo":
         return "ops"

@@ -225,6 +225,15 @@ def test_under_halt_an_undeserializable_value_halts_at_once_without_a_dead_lette
     assert isinstance(proc.fatal, HandlerFailed) and proc.fatal.offset == 1
     assert sink.sent == [] and payloads == [{"v": 1}]
     assert proc.final_positions() == {("t", 0): 1}
+    # in user words: which record, that it could not be deserialized, the deserializer's error;
+    # not the engine's wrapper (it said "_Undeserializable: JSONDecodeError: ...")
+    said = str(proc.fatal)
+    assert said.startswith(
+        "the record at topic 't', partition 0, offset 1 could not be deserialized, so its handler did not "
+        "run: JSONDecodeError: "
+    ), said
+    assert "_Undeserializable" not in said and "handler failed" not in said, said
+    assert isinstance(proc.fatal.__cause__, orjson.JSONDecodeError) and proc.fatal.unreadable
 
 
 def test_an_undeserializable_value_is_counted_under_the_deserializer_s_error_type() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from laneway.kafka import replay
+from laneway.kafka.admin import InvalidInputError
 from laneway.kafka.groups import GroupState
 from laneway.kafka.replay import ResetRow, ResetTarget, plan_reset
 
@@ -46,3 +47,27 @@ def test_the_warning_names_the_partition_its_end_and_where_replay_stops() -> Non
         "the replay starts there instead"
     )
     assert ResetRow("orders", 0, 7, 6, 5, 10).out_of_range() is None
+
+
+def test_a_new_group_that_exists_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--new-group took a stopped group's id and overwrote its offsets, silently."""
+    states = {
+        "shop": GroupState("shop", "Empty", 0, (), {("orders", 0): 7, ("orders", 1): 10}),
+        "shop-replay-1": GroupState("shop-replay-1", "Empty", 0, (), {("orders", 0): 3}),  # stopped
+        "shop-live": GroupState("shop-live", "Stable", 2, (("orders", 0),), {}),
+        "shop-replay-2": GroupState("shop-replay-2", "Dead", 0, (), {}),  # unknown: a new id
+    }
+    monkeypatch.setattr(replay, "group_state", lambda admin, group: states[group])
+    for taken, what in (
+        ("shop-replay-1", "committed offsets on 1 partition(s)"),
+        ("shop-live", "2 live member"),
+    ):
+        with pytest.raises(InvalidInputError) as refused:
+            plan_reset(object(), "shop", ResetTarget.earliest(), new_group=taken)
+        said = str(refused.value)
+        assert f"consumer group {taken!r} already exists" in said and what in said, said
+        assert f"laneway replay {taken} ... (without --new-group)" in said, said
+    with pytest.raises(InvalidInputError, match="is the group itself"):
+        plan_reset(object(), "shop", ResetTarget.earliest(), new_group="shop")
+    plan = plan_reset(object(), "shop", ResetTarget.earliest(), new_group="shop-replay-2")
+    assert plan.target_group == "shop-replay-2" and [r.after for r in plan.rows] == [5, 0]

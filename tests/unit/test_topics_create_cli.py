@@ -1,0 +1,70 @@
+"""`laneway topics create`: an option and a ``--config`` that set the same topic setting are
+refused (exit 2, both named), and the line it prints says the retention the topic got.
+
+``--config retention.ms=5 --retention 1d`` created a topic that kept records 5 ms and printed
+"retention 1d". A fake admin stands in for the broker (it may not read configs back, so the
+created topic's settings are the ones asked for: :func:`laneway.kafka.admin.create_topic`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from laneway.ops import cli_common
+from laneway.ops.kafka_cli import register
+from tests.unit.test_admin_create import FakeAdmin
+
+
+@pytest.fixture
+def admin(monkeypatch: pytest.MonkeyPatch) -> FakeAdmin:
+    fake = FakeAdmin()
+    monkeypatch.setattr(cli_common, "connect", lambda bootstrap: ("127.0.0.1:9092", fake))
+    return fake
+
+
+def _create(*args: str) -> Any:
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(app)
+    return CliRunner().invoke(app, ["topics", "create", "orders", *args])
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--config", "retention.ms=5", "--retention", "1d"], ("--retention 1d", "--config retention.ms=5")),
+        (["--segment-size", "1MiB", "-c", "segment.bytes=100"], ("--segment-size 1MiB", "segment.bytes=100")),
+        (
+            ["--cleanup-policy", "compact", "--config", "cleanup.policy=delete"],
+            ("--cleanup-policy compact", "--config cleanup.policy=delete"),
+        ),
+    ],
+)
+def test_an_option_and_a_config_setting_the_same_thing_are_refused(
+    admin: FakeAdmin, args: list[str], named: tuple[str, str]
+) -> None:
+    result = _create(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert all(part in lines[0] for part in named), lines
+    assert admin.topics == {}  # refused before anything was created
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "retention 14d, cleanup delete"),
+        (["--retention", "12h"], "retention 12h, cleanup delete"),
+        (["--retention", "-1"], "retention forever, cleanup delete"),
+        (["--config", "retention.ms=5"], "retention 5ms, cleanup delete"),
+        (["-c", "retention.ms=86400000", "--cleanup-policy", "compact"], "retention 1d, cleanup compact"),
+    ],
+)
+def test_the_report_says_the_retention_the_topic_got(admin: FakeAdmin, args: list[str], said: str) -> None:
+    result = _create(*args)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"created orders: 1 partition(s), replication 1, {said}"

@@ -469,9 +469,17 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-#: JVM thread names (Linux truncates them to 15 characters) -> the kind of work they do
-_THREAD_KINDS = (("Executor task l", "tasks"), ("C1 CompilerThre", "jit"), ("C2 CompilerThre", "jit"))
+#: JVM thread names (Linux truncates them to 15 characters) -> the kind of work they do. Spark
+#: 4.2 renames an idle task thread "Executor task idle worker" (was "... launch worker-N"), and
+#: the CPU of a thread is read under the name it has at the end of a run.
+_THREAD_KINDS = (("Executor task ", "tasks"), ("C1 CompilerThre", "jit"), ("C2 CompilerThre", "jit"))
 _GC_THREADS = ("GC Thread", "G1 ", "VM Thread", "Sweeper thread")
+
+
+def _thread_kind(name: str) -> str:
+    """tasks, jit, gc or other: the kind of work of a JVM thread named ``name`` (as ``/proc`` has it)."""
+    kind = next((k for prefix, k in _THREAD_KINDS if name.startswith(prefix)), None)
+    return kind or ("gc" if name.startswith(_GC_THREADS) else "other")
 
 
 def _jvm_cpu() -> dict[str, float] | None:
@@ -491,9 +499,7 @@ def _jvm_cpu() -> dict[str, float] | None:
                 stat = Path(f"/proc/{jvm.pid}/task/{tid}/stat").read_text()
                 name = stat[stat.index("(") + 1 : stat.rindex(")")]
                 fields = stat[stat.rindex(")") + 2 :].split()
-                kind = next((k for prefix, k in _THREAD_KINDS if name.startswith(prefix)), None)
-                kind = kind or ("gc" if name.startswith(_GC_THREADS) else "other")
-                out["threads"][tid] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+                out["threads"][tid] = (_thread_kind(name), (int(fields[11]) + int(fields[12])) / tick)
     return out
 
 

@@ -38,8 +38,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KAFKA_VERSION = "4.4.0"
-SPARK_VERSION = "4.0.0"
-DELTA_VERSION = "4.0.0"
+SPARK_VERSION = "4.2.0"
+DELTA_VERSION = "4.4.0"
 
 _POMS = Path(__file__).with_name("jvm")
 

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 #:   first gathering statistics of every value) cost 12% of a 300,000-record run's task CPU and
 #:   saved memory the batch holds for seconds (``MEMORY_AND_DISK``: a batch too big spills).
 #:   Alternated in one warmed session, 4 pairs: 1.09x records/s (BENCHMARKS.md, "Spark: session 9").
-#: * Delta 4.1 fails a MERGE whose source is cached but not materialized
+#: * Delta 4.1 and later fail a MERGE whose source is cached but not materialized
 #:   (``DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION``; Delta 4.0 logs it): a cache does not pin a
 #:   Delta table's version. The batch's source is the Kafka batch, no Delta table: check off.
 BATCH_CONF: Mapping[str, str] = {

@@ -58,7 +58,7 @@ def _offsets(progress: Mapping[str, Any] | None, topic: str, field: str) -> dict
 
 
 def _parse_offsets(text: str) -> Any:
-    """An offsets field as pyspark gives it: JSON, or (pyspark 4.1, whose ``SourceProgress``
+    """An offsets field as pyspark gives it: JSON, or (pyspark 4.1 and later, whose ``SourceProgress``
     holds ``str()`` of the parsed JSON) a Python literal; None when it is neither."""
     try:
         return json.loads(text)

@@ -88,10 +88,9 @@ SOURCE_DEFAULTS: Mapping[str, str] = {"kafka.fetch.max.wait.ms": "10"}
 # On the local file system, Spark's default checkpoint file manager (Hadoop FileContext) forks
 # a shell process (readlink) twice per rename; the streaming checkpoint renames two files per
 # batch and Delta one checksum file per commit. FileSystem renames do not fork (module docstring).
-# Spark 4.1 moves the class into ``org.apache.spark.sql.execution.streaming.checkpointing``.
 _CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 _LOCAL_CHECKPOINT_FILE_MANAGER = (
-    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 
 

@@ -54,7 +54,7 @@ def test_end_offsets_are_read_from_a_progress_report() -> None:
     assert end_offsets(report, "other") is None
     assert end_offsets(None, "t") is None
     assert end_offsets({"sources": [{"endOffset": "not json"}]}, "t") is None
-    # pyspark 4.1's SourceProgress holds str() of the parsed JSON: a Python literal
+    # pyspark 4.1 and later: SourceProgress holds str() of the parsed JSON: a Python literal
     assert end_offsets({"sources": [{"endOffset": str({"t": {"0": 12, "1": 7}})}]}, "t") == {0: 12, 1: 7}
 
 

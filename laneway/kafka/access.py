@@ -410,6 +410,8 @@ def check_group(
             [group], include_authorized_operations=True, request_timeout=timeout
         )
         described = futures[group].result(timeout)
+    except TimeoutError:  # no answer in time (a coordinator still loading): left to the consumers
+        return
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError):

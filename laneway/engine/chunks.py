@@ -21,7 +21,7 @@ from laneway.engine.metrics import Metrics
 from laneway.engine.monitor import Monitor, take_all
 from laneway.engine.partitions import PartitionState
 
-__all__ = ["ChunkRun", "Engine", "Failed", "keep_committing"]
+__all__ = ["ChunkRun", "Engine", "Failed", "carry_out", "keep_committing"]
 
 #: a head whose attempt failed, with its error
 Failed = tuple[Lane, Event, PartitionState, BaseException]
@@ -47,6 +47,17 @@ class Engine(Protocol):
     def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
 
     def halt(self, error: BaseException) -> None: ...
+
+
+def carry_out(
+    failed: list[Failed], after: Callable[[Lane, Event, PartitionState, BaseException | None], None]
+) -> None:
+    """Hand each failed head to ``after`` (retry, dead letter or halt), emptying ``failed`` as
+    it goes: a caller's frame that still listed a failure would keep it (and through its
+    traceback the handler's frame and its batch) for the cyclic collector."""
+    while failed:
+        lane, ev, state, error = failed.pop(0)
+        after(lane, ev, state, error)
 
 
 def keep_committing(lanes: list[Lane], put: Callable[[list[Lane]], None]) -> list[Lane]:
@@ -151,10 +162,7 @@ class ChunkRun:
         A failure's traceback holds the handler's frame, and through its ``f_back`` the
         worker's: what there refers to the failure (this run, the last error) must go, or the
         cycle leaves the chunk's events to the cyclic collector."""
-        failed = self.failed
-        while failed:
-            lane, ev, state, error = failed.pop(0)
-            after(lane, ev, state, error)
+        carry_out(self.failed, after)
 
     def finish_early(self) -> list[Lane]:
         """Finish the successes so far, while a call of the chunk still runs (the monitor's, for

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from laneway.engine import cost as _cost
 from laneway.engine import lanes as _lanes
+from laneway.engine.chunks import Failed, carry_out
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.lanes import DirectRun, Lane, LaneTable
@@ -87,26 +88,18 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             break
     table = engine.table
     more: list[Lane] = []
-    failed: list[tuple[Lane, BaseException]] = []
+    failed: list[Failed] = []
     with table.lock:
         _finish(table, direct, runs, done)
         if done < len(direct):
             more, failed = _lane_rest(table, direct, runs, done, after)
         if table.waiters:
             table.changed.notify_all()
-    _carry_out(engine, failed)
+    carry_out(failed, engine.after)
     # a failure's traceback holds the handler's frame, and through its f_back this one: what
     # here refers to the failures goes, or the batch would wait for the cyclic collector
     del failure, after, failed
     return more
-
-
-def _carry_out(engine: Engine, failed: list[tuple[Lane, BaseException]]) -> None:
-    """Decide the failed events' outcomes (retry, dead letter, halt)."""
-    while failed:
-        lane, error = failed.pop(0)
-        ev, state = lane[0]
-        engine.after(lane, ev, state, error)
 
 
 #: in ``_run_on``'s lists: an event left for its lane (not run)
@@ -221,7 +214,7 @@ def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: 
 
 def _lane_rest(
     table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int, after: After | None
-) -> tuple[list[Lane], list[tuple[Lane, BaseException]]]:
+) -> tuple[list[Lane], list[Failed]]:
     """Past the finished prefix (the lock is held): with ``after`` (a failure's run on), finish
     the events it ran, put the failed ones into lanes still running, and queue the rest behind
     them or in lanes of their own; without, queue every event left, as ``place`` would have.
@@ -235,7 +228,7 @@ def _lane_rest(
                 after.append((state, spec, [], [(ev, _QUEUE) for ev in direct[max(first, done) : end]]))
     lanes = table.lanes
     more: list[Lane] = []
-    failed: list[tuple[Lane, BaseException]] = []
+    failed: list[Failed] = []
     finished = size = 0
     for state, spec, ok, rest in after:
         if ok:
@@ -257,7 +250,7 @@ def _lane_rest(
                 if lid is not None:
                     lanes[lid] = lane
                 if isinstance(what, BaseException):
-                    failed.append((lane, what))  # still running: its outcome decides
+                    failed.append((lane, ev, state, what))  # still running: its outcome decides
                     continue
                 more.append(lane)
             state.running -= 1

@@ -13,6 +13,7 @@ built-ins) is taken as it is.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,18 @@ class HandlerSignatureError(ConfigError, TypeError):
 
 def check_signature(fn: Callable[..., Any], topic: str) -> None:
     """Raise :class:`HandlerSignatureError` naming ``fn`` and the signature Laneway calls,
-    when ``fn(event)`` would fail for its parameters."""
+    when ``fn(event)`` would fail for its parameters, or when ``fn`` is a generator function
+    (``yield`` in its body): calling one runs none of its body, so its records would be
+    committed unprocessed."""
+    generator = _generator_kind(fn)
+    if generator:
+        name = _name(fn)
+        raise HandlerSignatureError(
+            "handler",
+            f"{name} for topic {topic!r} is {generator} (it has `yield` in its body): calling "
+            "it runs none of its code, so its records would be committed unprocessed; "
+            "a handler returns (or awaits), it does not yield",
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # no signature to read: a C function, some built-ins
@@ -70,3 +82,22 @@ def _short(name: str) -> str:
 def _is_async(fn: Callable[..., Any]) -> bool:
     call = type(fn).__call__ if not inspect.isroutine(fn) else None
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def _generator_kind(fn: Callable[..., Any]) -> str:
+    """``"an async generator"`` or ``"a generator"`` when calling ``fn`` makes one, else ``""``
+    (seen through partials, ``functools.wraps`` and an object's ``__call__``)."""
+    target: Any = fn
+    for _ in range(8):
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif not inspect.isroutine(target) and callable(target) and not isinstance(target, type):
+            target = type(target).__call__
+        else:
+            break
+    target = inspect.unwrap(target) if callable(target) else target
+    if inspect.isasyncgenfunction(target):
+        return "an async generator"
+    if inspect.isgeneratorfunction(target):
+        return "a generator"
+    return ""

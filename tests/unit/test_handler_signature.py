@@ -135,3 +135,42 @@ def test_add_handler_checks_too() -> None:
     with pytest.raises(HandlerSignatureError, match=r"Laneway calls it as _two\(event\)"):
         app.add_handler(HandlerSpec(topic="orders", fn=_two))
     assert app.handlers == {}
+
+
+def _gen(event: Any) -> Any:
+    yield event
+
+
+async def _agen(event: Any) -> Any:
+    yield event
+
+
+class _GenCall:
+    def __call__(self, event: Any) -> Any:
+        yield event
+
+
+@functools.wraps(_agen)
+def _wrapped_agen(event: Any) -> Any:
+    return _agen(event)
+
+
+# a generator's body does not run when it is called: its records would be committed unprocessed
+# (seen: an async generator handler, 5 records committed, lag 0, its body never ran)
+GENERATORS = {
+    "def with yield": (_gen, "a generator"),
+    "async def with yield": (_agen, "an async generator"),
+    "partial of one": (functools.partial(_agen), "an async generator"),
+    "__call__ with yield": (_GenCall(), "a generator"),
+    "wraps of one": (_wrapped_agen, "an async generator"),
+}
+
+
+@pytest.mark.parametrize(("fn", "kind"), GENERATORS.values(), ids=GENERATORS.keys())
+def test_a_generator_handler_is_refused_at_registration(fn: Callable[..., Any], kind: str) -> None:
+    app = _app()
+    with pytest.raises(HandlerSignatureError) as refused:
+        app.handler("orders")(fn)
+    said = str(refused.value)
+    assert f"is {kind}" in said and "for topic 'orders'" in said and "committed unprocessed" in said, said
+    assert app.handlers == {}

@@ -39,7 +39,15 @@ from laneway.errors import LanewayError
 if TYPE_CHECKING:
     from laneway.ops.secured import BrokerSecurity
 
-__all__ = ["BrokerError", "BrokerInfo", "LocalBroker", "free_port", "kind_mismatch", "wait_for_metadata"]
+__all__ = [
+    "BrokerError",
+    "BrokerInfo",
+    "LocalBroker",
+    "free_port",
+    "kind_mismatch",
+    "port_taken",
+    "wait_for_metadata",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +108,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def port_taken(port: int) -> str:
+    """Why ``port`` on 127.0.0.1 cannot be listened on (``""`` when it can). Bound with
+    SO_REUSEADDR, as the broker binds: a port left in TIME_WAIT by a broker just stopped is free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
 
 
 def wait_for_metadata(
@@ -250,6 +270,9 @@ class LocalBroker:
         any Java starts."""
         if not 1 <= self.port <= 65535:
             raise BrokerError(f"port {self.port} is not a TCP port (1-65535)")
+        taken = port_taken(self.port)
+        if taken:  # else the readiness check may get its answer from whatever listens there
+            raise BrokerError(f"port {self.port} on 127.0.0.1 is in use ({taken}): choose another --port")
         log_dir = self.data_dir / "logs"
         props = self.data_dir / "server.properties"
         try:

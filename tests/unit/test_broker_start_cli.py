@@ -43,6 +43,21 @@ def test_a_bad_port_or_data_dir_is_one_line_and_exit_2(state: Path, args: list[s
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
 
 
+def test_a_port_something_listens_on_is_one_line_and_leaves_nothing(state: Path) -> None:
+    # seen: on the port of another Kafka, the readiness check got its answer from that broker
+    # and start said it had started (its own JVM died of "Address already in use")
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, lines = _start(["--port", str(port)])
+    assert code == 2, lines
+    assert len(lines) == 1 and f"port {port} on 127.0.0.1 is in use" in lines[0], lines
+    assert not list(state.parent.glob("data-*")) if state.parent.exists() else True
+
+
 def test_a_file_in_place_of_the_data_dir_is_one_line(state: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")

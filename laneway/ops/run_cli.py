@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 import signal
 import sys
+import traceback
 from typing import Annotated
 
 import typer
@@ -82,10 +84,10 @@ def register(app: typer.Typer) -> None:
         except TypeError as exc:  # e.g. App(..., concurency=4): an unknown option
             match = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
             message = f"{match.group(1)}: unknown option" if match else str(exc)
-            typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+            typer.secho(f"error: {message}{_where(exc)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
         except (ValueError, ImportError) as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            typer.secho(f"error: {exc}{_where(exc)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
         if not isinstance(obj, App):
             typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
@@ -108,3 +110,18 @@ def register(app: typer.Typer) -> None:
         except LanewayError as exc:  # the app halted while running
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(1) from None
+
+
+def _where(exc: BaseException) -> str:
+    """`` (FILE, line N)``: where in the user's code ``exc`` was raised (the innermost frame
+    outside Laneway and the import machinery), so an error in the app's module is found without
+    a traceback; ``""`` when it was raised by Laneway itself (a bad target, say)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename
+        if name.startswith("<") or os.path.abspath(name).startswith(package + os.sep):
+            continue
+        if "importlib" in name:
+            continue
+        return f" ({name}, line {frame.lineno})"
+    return ""

@@ -31,3 +31,21 @@ def test_a_bad_option_is_one_line_and_exit_2(
     assert result.exception is None or isinstance(result.exception, SystemExit)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0]
+
+
+def test_an_error_in_the_apps_module_names_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seen: `error: invalid literal for int() with base 10: 'ten'`, with no file or line
+    source = (
+        'from laneway import App\nCONCURRENCY = int("ten")\napp = App("x", bootstrap_servers="127.0.0.1:1")\n'
+    )
+    (tmp_path / "badmodapp.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", "badmodapp:app"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "invalid literal for int()" in lines[0], lines
+    assert f"({tmp_path / 'badmodapp.py'}, line 2)" in lines[0], lines

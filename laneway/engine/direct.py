@@ -152,16 +152,25 @@ def _run_on(
             i += 1
         fn, deserializer = spec.fn, spec.deserializer
         took: list[float] = []
-        hold = state.revoked or engine.fatal is not None  # this run's events go to lanes
+        # this run's events all go to lanes: the partition is revoked, the engine stopped, or
+        # the budget is spent (then every later run's too)
+        hold = stop or state.revoked or engine.fatal is not None
         prev = perf()
         for ev in direct[i:end]:
-            if unordered:
-                member: object = None
-            else:
-                key = ev.key
-                member = key if by_key and key is not None else whole
-            if stop or hold or (lanes_of and member in lanes_of) or prev > deadline:
-                stop = stop or prev > deadline  # past the budget: every later event too
+            member: object = None
+            if not unordered:
+                if by_key:
+                    member = ev.key
+                    if member is None:
+                        member = whole
+                else:
+                    member = whole
+                if member in lanes_of:
+                    rest.append((ev, _QUEUE))  # behind its lane's failure
+                    continue
+            if hold or prev > deadline:
+                stop = stop or prev > deadline
+                hold = True
                 rest.append((ev, _QUEUE))
                 if member is not None:
                     lanes_of.add(member)  # its lane's later events queue behind it

@@ -154,3 +154,23 @@ def test_skip_to_on_a_partition_with_nothing_delivered_yet() -> None:
     assert tracker.position() is None
     tracker.skip_to(5)  # only markers after the committed offset
     assert tracker.position() == 5
+
+
+def test_a_held_offset_then_a_long_finished_run_drains_in_one_step() -> None:
+    """A retry holds the lowest offset while 20,000 later ones finish in runs (the slices of
+    the drain, and the compaction of the list, past their sizes); once it finishes the
+    position passes them all and nothing finished is still held."""
+    t = OffsetTracker()
+    t.add(0)
+    for base in range(1, 20_001, 500):
+        run = list(range(base, base + 500))
+        t.extend(run)
+        t.done_many(run[:250] + run[251:])  # one of each run still in process
+    assert t.position() == 0 and t.in_process == 1 + 40
+    t.done(0)
+    assert t.position() == 251
+    for base in range(1, 20_001, 500):
+        t.done(base + 250)
+        assert t.lowest() == (base + 500 + 250 if base + 500 < 20_001 else None)
+    assert t.position() == 20_001 and t.in_process == 0
+    assert len(t._pending) == 0 and len(t._done) == 0 and len(t._offsets) < 4096

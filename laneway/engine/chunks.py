@@ -16,15 +16,12 @@ from typing import Any, Protocol
 
 from laneway.engine.cost import CHUNK_OVERRUN, CostModel
 from laneway.engine.events import Event
-from laneway.engine.lanes import Head, Lane, LaneTable
+from laneway.engine.lanes import Failed, Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics
 from laneway.engine.monitor import Monitor, take_all
 from laneway.engine.partitions import PartitionState
 
-__all__ = ["ChunkRun", "Engine", "Failed", "carry_out", "keep_committing"]
-
-#: a head whose attempt failed, with its error
-Failed = tuple[Lane, Event, PartitionState, BaseException]
+__all__ = ["ChunkRun", "Engine", "Failed", "keep_committing"]
 
 
 class Engine(Protocol):
@@ -40,6 +37,8 @@ class Engine(Protocol):
 
     def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
 
+    def after_failures(self, failed: list[Failed], safe: bool = False) -> None: ...
+
     def hand_back(self, rest: list[Head]) -> None: ...
 
     def dispatch_more(self, lanes: list[Lane]) -> None: ...
@@ -47,17 +46,6 @@ class Engine(Protocol):
     def continue_(self, lanes: list[Lane]) -> list[Lane]: ...
 
     def halt(self, error: BaseException) -> None: ...
-
-
-def carry_out(
-    failed: list[Failed], after: Callable[[Lane, Event, PartitionState, BaseException | None], None]
-) -> None:
-    """Hand each failed head to ``after`` (retry, dead letter or halt), emptying ``failed`` as
-    it goes: a caller's frame that still listed a failure would keep it (and through its
-    traceback the handler's frame and its batch) for the cyclic collector."""
-    while failed:
-        lane, ev, state, error = failed.pop(0)
-        after(lane, ev, state, error)
 
 
 def keep_committing(lanes: list[Lane], put: Callable[[list[Lane]], None]) -> list[Lane]:
@@ -156,13 +144,13 @@ class ChunkRun:
         else:
             self.failed.append((*item, err))
 
-    def carry_out(self, after: Callable[[Lane, Event, PartitionState, BaseException | None], None]) -> None:
-        """Hand each failed head to ``after`` (retry, dead letter or halt), and keep none.
+    def carry_out(self, safe: bool = False) -> None:
+        """Hand the failed heads to the engine (retry, dead letter or halt), and keep none.
 
         A failure's traceback holds the handler's frame, and through its ``f_back`` the
         worker's: what there refers to the failure (this run, the last error) must go, or the
         cycle leaves the chunk's events to the cyclic collector."""
-        carry_out(self.failed, after)
+        self._engine.after_failures(self.failed, safe)
 
     def finish_early(self) -> list[Lane]:
         """Finish the successes so far, while a call of the chunk still runs (the monitor's, for

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from laneway.engine import cost as _cost
 from laneway.engine import lanes as _lanes
-from laneway.engine.chunks import Failed, carry_out
+from laneway.engine.chunks import Failed
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.lanes import DirectRun, Lane, LaneTable
@@ -95,7 +95,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             more, failed = _lane_rest(table, direct, runs, done, after)
         if table.waiters:
             table.changed.notify_all()
-    carry_out(failed, engine.after)
+    engine.after_failures(failed)
     # a failure's traceback holds the handler's frame, and through its f_back this one: what
     # here refers to the failures goes, or the batch would wait for the cyclic collector
     del failure, after, failed

@@ -17,13 +17,16 @@ from collections.abc import Callable
 
 from laneway.engine.events import Event
 from laneway.engine.handlers import DeadLetterSink
-from laneway.engine.lanes import FinishingLock, Lane, LaneTable
+from laneway.engine.lanes import Failed, FinishingLock, Lane, LaneTable
 from laneway.engine.metrics import Metrics
 from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
 from laneway.engine.partitions import PartitionState
 from laneway.errors import DeadLetterError, HandlerFailed
 
-__all__ = ["FailurePaths"]
+__all__ = ["RETRY_GROUP", "FailurePaths"]
+
+#: retries due within this many seconds of each other park together (:meth:`FailurePaths._retry`)
+RETRY_GROUP = 0.001
 
 logger = logging.getLogger("laneway.engine.processor")
 
@@ -46,6 +49,9 @@ class FailurePaths:
     def _park(self, due: float, lane: Lane) -> None:
         raise NotImplementedError  # the processor's
 
+    def _park_all(self, due: float, lanes: list[Lane]) -> None:
+        raise NotImplementedError  # the processor's
+
     def _ready(self, lane: Lane) -> None:
         raise NotImplementedError  # the processor's
 
@@ -58,6 +64,42 @@ class FailurePaths:
             if more:
                 self._dispatch(more)
             return
+        backoff = self._failed(lane, ev, state, err)
+        if backoff is not None:
+            self._retry([(backoff, lane, state)])
+
+    def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
+        try:
+            self.after(lane, ev, state, err)
+        except Exception as exc:
+            self.halt(exc)
+
+    def after_failures(self, failed: list[Failed], safe: bool = False) -> None:
+        """:meth:`after` for each failed head of a run, emptying ``failed`` as it goes (a
+        caller's frame that still listed a failure would keep it, and through its traceback the
+        handler's frame and its batch, for the cyclic collector). Their retries release their
+        heads under one lock and park on the timer together (:meth:`_retry`). ``safe``: an
+        error of the engine's own halts instead of raising (:meth:`after_safe`)."""
+        retries: list[tuple[float, Lane, PartitionState]] = []
+        try:
+            while failed:
+                lane, ev, state, err = failed.pop(0)
+                try:
+                    backoff = self._failed(lane, ev, state, err)
+                except Exception as exc:
+                    if not safe:
+                        raise
+                    self.halt(exc)
+                    continue
+                if backoff is not None:
+                    retries.append((backoff, lane, state))
+        finally:
+            if retries:
+                self._retry(retries)
+
+    def _failed(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException) -> float | None:
+        """A failed attempt: its backoff when it is to be retried (the caller parks it), else
+        None once its dead letter is on its way or the engine halts."""
         now = self._clock()
         ev.first_failure = ev.first_failure or now
         ev.last_failure = now
@@ -67,9 +109,7 @@ class FailurePaths:
             backoff = lane.spec.retry.backoff(ev.attempt)
             ev.attempt += 1
             self.metrics.retried(ev.topic)
-            self.table.release([state])
-            self._park(self._clock() + backoff, lane)
-            return
+            return backoff
         if not isinstance(err, Exception):
             logger.error(
                 "handler for %s raised %s on %r: treated as a failure, not retried",
@@ -85,12 +125,31 @@ class FailurePaths:
             self.halt(
                 HandlerFailed(ev.topic, ev.partition, ev.offset, ev.attempt, cause, unreadable=unreadable)
             )
+        return None
 
-    def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
-        try:
-            self.after(lane, ev, state, err)
-        except Exception as exc:
-            self.halt(exc)
+    def _retry(self, retries: list[tuple[float, Lane, PartitionState]]) -> None:
+        """Park the lanes of failed heads (backoff, lane, state) for their backoffs, their heads
+        no longer running. Those due within :data:`RETRY_GROUP` of each other share one timer
+        entry, at the latest of their due times: a retry waits its backoff and at most that
+        much more, and a burst of failures wakes the timer once, not once each."""
+        self.table.release([state for _, _, state in retries])
+        now = self._clock()
+        if len(retries) == 1:
+            backoff, lane, _ = retries[0]
+            self._park(now + backoff, lane)
+            return
+        retries.sort(key=lambda r: r[0])
+        group: list[Lane] = []
+        first = last = 0.0
+        for backoff, lane, _ in retries:
+            if group and backoff > first + RETRY_GROUP:
+                self._park_all(now + last, group)
+                group = []
+            if not group:
+                first = backoff
+            last = backoff
+            group.append(lane)
+        self._park_all(now + last, group)
 
     def _dead_letter(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException) -> None:
         """Hand the event's letter to the sink and return at once. The event stays running

@@ -38,6 +38,8 @@ class Lane(deque[tuple[Event, PartitionState]]):
 
 #: a lane's head taken to run: (lane, event, its partition's state)
 Head = tuple[Lane, Event, PartitionState]
+#: a head whose attempt failed, with its error
+Failed = tuple[Lane, Event, PartitionState, BaseException]
 #: a run of one partition's events to run on the submitting thread: (state, spec, where it
 #: starts in the list of such events)
 DirectRun = tuple[PartitionState, HandlerSpec, int]

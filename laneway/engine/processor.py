@@ -5,6 +5,7 @@ It is the facade over the engine's parts (see docs/internals.md):
 * :mod:`~laneway.engine.partitions`: the commit side (partition states, the ledger);
 * :mod:`~laneway.engine.lanes`: the lane table and the lock that guards it;
 * :mod:`~laneway.engine.direct`: cheap handlers run on the submitting thread;
+* :mod:`~laneway.engine.dispatch`: lanes to their pools, inline, or parked on the timer;
 * :mod:`~laneway.engine.cost`: the cost model that sizes chunks and pools;
 * :mod:`~laneway.engine.workers`: the thread pool, the asyncio pool and their monitor;
 * :mod:`~laneway.engine.outcomes`: retry, dead letter or halt after a failure.
@@ -25,14 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from laneway.engine import cost as _cost
 from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_direct
+from laneway.engine.dispatch import Dispatching
 from laneway.engine.events import Event, Output, TopicPartition
-from laneway.engine.failures import FailurePaths
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.inbox import Inbox
-from laneway.engine.lanes import Head, Lane, LaneTable
+from laneway.engine.lanes import LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
 from laneway.engine.partitions import Commits, Ledger, PartitionState, PartitionStatus
@@ -45,7 +45,7 @@ __all__ = ["EventLoop", "PartitionState", "Processor"]
 logger = logging.getLogger(__name__)
 
 
-class Processor(FailurePaths):
+class Processor(Dispatching):
     """Runs events through their handlers, one at a time per lane, many lanes at once.
 
     ``submit`` never blocks; the caller enforces backpressure with :attr:`events_in_memory`,
@@ -384,117 +384,3 @@ class Processor(FailurePaths):
         if self._apool is not None:
             self._apool.close(deadline)
         self._monitor.stop(min(deadline, time.monotonic() + 1.0))
-
-    # ------------------------------------------------------------------ dispatch
-
-    def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
-        """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
-
-        Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
-        cheap handler costs one hand-off per chunk instead of one per event. A chunk holds as
-        many lanes as fit the chunk budget at the handler's measured cost (see
-        :mod:`~laneway.engine.cost`). Async chunks dispatched from another thread wake the
-        loop once.
-
-        ``inline`` (from :meth:`submit`): chunks of a plain handler measured cheap enough run
-        right here, on the consumer thread, for up to the inline budget: a hand-off to a
-        worker thread would cost more than the handler, and the two threads would fight over
-        the GIL. What is left goes to the workers; with ``keep``, a cheap plain handler's waits
-        in the inbox for the next submit instead (the workers take it if none comes).
-        """
-        groups: dict[str, list[Lane]] = {}
-        now: float | None = None
-        for lane in lanes:
-            if not lane:
-                continue
-            spec = lane.spec
-            if spec.delay is not None:
-                due = lane[0][0].timestamp_ms / 1000.0 + spec.delay.seconds
-                if now is None:
-                    now = self._clock()
-                if due > now:
-                    self._park(due, lane)
-                    continue
-            group = groups.get(spec.topic)
-            if group is None:
-                groups[spec.topic] = [lane]
-            else:
-                group.append(lane)
-        cost_model = self.cost
-        for topic, group in groups.items():
-            spec = group[0].spec
-            cost = cost_model.cost(topic)
-            size = cost_model.chunk_size(cost)
-            chunks = (
-                [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
-            )
-            if spec.is_async:
-                assert self._apool is not None
-                self._apool.put(chunks)
-                continue
-            if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(topic):
-                chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
-                if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
-                    for chunk in chunks:
-                        for lane in chunk:
-                            self._inbox.put(lane)
-                    continue
-            self._pool.put(chunks)
-
-    def _run_inline(self, chunks: list[list[Lane]]) -> list[list[Lane]]:
-        """Run chunks on this thread until the inline budget is spent; return what is left."""
-        perf = time.perf_counter
-        deadline = perf() + _cost.INLINE_BUDGET
-        left: list[list[Lane]] = []
-        try:
-            for chunk in chunks:
-                while chunk and perf() < deadline:
-                    chunk = self._pool.run_chunk(chunk)
-                if chunk:
-                    left.append(chunk)
-        except Exception as exc:  # a bug in the engine itself: stop rather than lose work
-            self.halt(exc)
-        return left
-
-    def _park(self, due: float, lane: Lane) -> None:
-        with self._park_lock:  # parks come from any thread, fires from the timer's
-            self._parked += 1
-
-        def fire() -> None:
-            with self._park_lock:
-                self._parked -= 1
-            if not self.closed:
-                self._ready(lane)
-
-        self._timer.schedule(due, fire)
-
-    def _ready(self, lane: Lane) -> None:
-        """A lane made ready off the submitting thread (a backoff's end, a dead letter's
-        acknowledgement): a cheap plain handler's waits in the inbox for the next submit
-        (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
-        topic = lane.spec.topic
-        if topic in self._direct_ok and self.cost.inline_allowed(topic):
-            self._inbox.put(lane)
-        else:
-            self._dispatch([lane])
-
-    def dispatch_more(self, lanes: list[Lane]) -> None:
-        """Dispatch lanes with more to run off a worker (the monitor's early finish, the inbox's
-        flush)."""
-        if lanes and not self.closed:
-            self._dispatch(lanes)
-
-    def hand_back(self, rest: list[Head]) -> None:
-        """Give heads taken but not run back to the pool: no longer running, their lanes
-        dispatched again (at the topic's cost estimate as it stands)."""
-        if rest:
-            self.table.release([state for _, _, state in rest])
-            self._dispatch([lane for lane, _, _ in rest])
-
-    def continue_(self, lanes: list[Lane]) -> list[Lane]:
-        """Of lanes with more work, those the worker may run next; delayed lanes are re-dispatched
-        (their next head may not be due)."""
-        if all(lane.spec.delay is None for lane in lanes):
-            return lanes
-        self._dispatch([lane for lane in lanes if lane.spec.delay is not None])
-        return [lane for lane in lanes if lane.spec.delay is None]

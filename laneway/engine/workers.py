@@ -147,7 +147,7 @@ class ThreadPool:
         finally:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
-        run.carry_out(engine.after)
+        run.carry_out()
         return engine.continue_(more) if more else more
 
     def _unwatch(self, ident: int, watch: list[Any], elapsed: float) -> None:
@@ -307,7 +307,7 @@ class AsyncPool:
         more = run.close(heads[0][0].spec.topic)
         # never blocks: a retry parks its lane on the timer, a dead letter is sent in the
         # background and finishes its event from the sink's thread
-        run.carry_out(engine.after_safe)
+        run.carry_out(safe=True)
         return engine.continue_(more) if more else more
 
     def close(self, deadline: float) -> None:

@@ -166,3 +166,49 @@ def test_a_cheap_handlers_retry_goes_to_a_worker_when_no_submit_comes(procs: lis
     assert done.wait(5)  # no further submit: the inbox's wait runs out and a worker runs it
     assert ran_on and ran_on[0] != threading.current_thread().name
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
+
+
+def test_a_runs_retries_park_on_one_timer_entry_and_none_runs_before_its_backoff(
+    procs: list[Processor],
+) -> None:
+    """50 keys fail at once on the submitting thread: their lanes park together (one timer
+    entry, not 50), each retry runs no sooner than its backoff after its failure, and every
+    event finishes once, in key order."""
+    failed_at: dict[int, float] = {}
+    retried_at: dict[int, float] = {}
+    order: dict[bytes, list[int]] = {}
+
+    def handle(ev: Event) -> None:
+        if ev.offset >= 200 and ev.offset < 250 and ev.offset not in failed_at:
+            failed_at[ev.offset] = time.monotonic()
+            raise ConnectionError("flaky")
+        if ev.offset in failed_at:
+            retried_at[ev.offset] = time.monotonic()
+        order.setdefault(ev.key or b"", []).append(ev.offset)
+
+    backoff = 0.2
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=3, initial_backoff=backoff, jitter=0))
+    proc = Processor({"t": spec}, concurrency=4, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc.assign([TP0])
+    for base in (0, 100):  # measured cheap: the next batch runs on this thread
+        proc.submit([Event("t", 0, base + i, f"w{i}".encode(), b"v", size=1) for i in range(100)])
+        end = base + 100
+
+        def done(end: int = end) -> bool:
+            return proc.final_positions([TP0]) == {TP0: end}
+
+        wait_for(done)
+    timer = proc._timer
+    entries = len(timer)
+    proc.submit([Event("t", 0, 200 + i, f"k{i}".encode(), b"v", size=1) for i in range(60)])
+    assert len(failed_at) == 50 and proc.gauges()["parked"] == 50
+    assert len(timer) - entries <= 2  # the retries' entry (and the inbox's flush, if armed)
+    deadline = time.monotonic() + 10
+    while len(retried_at) < 50 and time.monotonic() < deadline:
+        proc.submit([])
+        time.sleep(0.002)
+    assert sorted(retried_at) == sorted(failed_at)
+    assert all(retried_at[o] - failed_at[o] >= backoff * 0.5 for o in failed_at)
+    assert all(seq == sorted(seq) for seq in order.values())
+    assert proc.final_positions([TP0]) == {TP0: 260}

@@ -1,0 +1,157 @@
+"""The processor's dispatch: scheduled lanes to their pools, in chunks, or run inline on the
+submitting thread; lanes parked on the timer (a delay, a retry's backoff) and made ready again.
+
+A mixin of :class:`~laneway.engine.processor.Processor` (the attributes below are the
+processor's), with :class:`~laneway.engine.failures.FailurePaths` under it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from laneway.engine import cost as _cost
+from laneway.engine.cost import CostModel
+from laneway.engine.failures import FailurePaths
+from laneway.engine.inbox import Inbox
+from laneway.engine.lanes import Head, Lane
+from laneway.engine.timer import Timer
+from laneway.engine.workers import AsyncPool, ThreadPool
+
+__all__ = ["Dispatching"]
+
+
+class Dispatching(FailurePaths):
+    """The processor's dispatch (see the module's docstring)."""
+
+    cost: CostModel
+    _direct_ok: frozenset[str]
+    _inbox: Inbox
+    _pool: ThreadPool
+    _apool: AsyncPool | None
+    _timer: Timer
+    _parked: int
+    _park_lock: threading.Lock
+
+    def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
+        """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
+
+        Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
+        cheap handler costs one hand-off per chunk instead of one per event. A chunk holds as
+        many lanes as fit the chunk budget at the handler's measured cost (see
+        :mod:`~laneway.engine.cost`). Async chunks dispatched from another thread wake the
+        loop once.
+
+        ``inline`` (from :meth:`submit`): chunks of a plain handler measured cheap enough run
+        right here, on the consumer thread, for up to the inline budget: a hand-off to a
+        worker thread would cost more than the handler, and the two threads would fight over
+        the GIL. What is left goes to the workers; with ``keep``, a cheap plain handler's waits
+        in the inbox for the next submit instead (the workers take it if none comes).
+        """
+        groups: dict[str, list[Lane]] = {}
+        now: float | None = None
+        for lane in lanes:
+            if not lane:
+                continue
+            spec = lane.spec
+            if spec.delay is not None:
+                due = lane[0][0].timestamp_ms / 1000.0 + spec.delay.seconds
+                if now is None:
+                    now = self._clock()
+                if due > now:
+                    self._park(due, lane)
+                    continue
+            group = groups.get(spec.topic)
+            if group is None:
+                groups[spec.topic] = [lane]
+            else:
+                group.append(lane)
+        cost_model = self.cost
+        for topic, group in groups.items():
+            spec = group[0].spec
+            cost = cost_model.cost(topic)
+            size = cost_model.chunk_size(cost)
+            chunks = (
+                [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
+            )
+            if spec.is_async:
+                assert self._apool is not None
+                self._apool.put(chunks)
+                continue
+            if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(topic):
+                chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
+                if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
+                    for chunk in chunks:
+                        for lane in chunk:
+                            self._inbox.put(lane)
+                    continue
+            self._pool.put(chunks)
+
+    def _run_inline(self, chunks: list[list[Lane]]) -> list[list[Lane]]:
+        """Run chunks on this thread until the inline budget is spent; return what is left."""
+        perf = time.perf_counter
+        deadline = perf() + _cost.INLINE_BUDGET
+        left: list[list[Lane]] = []
+        try:
+            for chunk in chunks:
+                while chunk and perf() < deadline:
+                    chunk = self._pool.run_chunk(chunk)
+                if chunk:
+                    left.append(chunk)
+        except Exception as exc:  # a bug in the engine itself: stop rather than lose work
+            self.halt(exc)
+        return left
+
+    def _park(self, due: float, lane: Lane) -> None:
+        self._park_all(due, [lane])
+
+    def _park_all(self, due: float, lanes: list[Lane]) -> None:
+        """Make ``lanes`` ready at ``due`` (one timer entry for all of them)."""
+        with self._park_lock:  # parks come from any thread, fires from the timer's
+            self._parked += len(lanes)
+
+        def fire() -> None:
+            with self._park_lock:
+                self._parked -= len(lanes)
+            if not self.closed:
+                self._ready_all(lanes)
+
+        self._timer.schedule(due, fire)
+
+    def _ready(self, lane: Lane) -> None:
+        self._ready_all([lane])
+
+    def _ready_all(self, lanes: list[Lane]) -> None:
+        """Lanes made ready off the submitting thread (a backoff's end, a dead letter's
+        acknowledgement): a cheap plain handler's wait in the inbox for the next submit
+        (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
+        others: list[Lane] = []
+        for lane in lanes:
+            topic = lane.spec.topic
+            if topic in self._direct_ok and self.cost.inline_allowed(topic):
+                self._inbox.put(lane)
+            else:
+                others.append(lane)
+        if others:
+            self._dispatch(others)
+
+    def dispatch_more(self, lanes: list[Lane]) -> None:
+        """Dispatch lanes with more to run off a worker (the monitor's early finish, the inbox's
+        flush)."""
+        if lanes and not self.closed:
+            self._dispatch(lanes)
+
+    def hand_back(self, rest: list[Head]) -> None:
+        """Give heads taken but not run back to the pool: no longer running, their lanes
+        dispatched again (at the topic's cost estimate as it stands)."""
+        if rest:
+            self.table.release([state for _, _, state in rest])
+            self._dispatch([lane for lane, _, _ in rest])
+
+    def continue_(self, lanes: list[Lane]) -> list[Lane]:
+        """Of lanes with more work, those the worker may run next; delayed lanes are re-dispatched
+        (their next head may not be due)."""
+        if all(lane.spec.delay is None for lane in lanes):
+            return lanes
+        self._dispatch([lane for lane in lanes if lane.spec.delay is not None])
+        return [lane for lane in lanes if lane.spec.delay is None]

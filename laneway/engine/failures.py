@@ -21,14 +21,25 @@ from laneway.engine.lanes import Failed, FinishingLock, Lane, LaneTable
 from laneway.engine.metrics import Metrics
 from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
 from laneway.engine.partitions import PartitionState
+from laneway.engine.sampled import Sampled
 from laneway.errors import DeadLetterError, HandlerFailed
 
-__all__ = ["RETRY_GROUP", "FailurePaths"]
+__all__ = ["RETRY_GROUP", "FailurePaths", "letters_log"]
 
 #: retries due within this many seconds of each other park together (:meth:`FailurePaths._retry`)
 RETRY_GROUP = 0.001
 
 logger = logging.getLogger("laneway.engine.processor")
+
+
+def letters_log() -> Sampled:
+    """The log of dead letters: a line each, up to a few per topic every few seconds
+    (:mod:`laneway.engine.sampled`)."""
+    return Sampled(
+        logger,
+        "dead-lettered %d more record(s) to %s in the last %.0fs, not logged one by one "
+        "(laneway_dead_letters_total counts every one)",
+    )
 
 
 class FailurePaths:
@@ -42,6 +53,7 @@ class FailurePaths:
     _dead_letters: DeadLetterSink
     _lock: FinishingLock
     _on_fatal: Callable[[BaseException], None] | None
+    _letters_log: Sampled
 
     def _dispatch(self, lanes: list[Lane], inline: bool = False) -> None:
         raise NotImplementedError  # the processor's
@@ -190,7 +202,8 @@ class FailurePaths:
             self.halt(error)
             return
         self.metrics.dead_lettered(ev.topic, reason)
-        logger.warning(
+        self._letters_log.warning(
+            topic,
             "dead-lettered %r to %s after %d attempt(s): %s: %s",
             ev,
             topic,

@@ -30,6 +30,7 @@ from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_direct
 from laneway.engine.dispatch import Dispatching
 from laneway.engine.events import Event, Output, TopicPartition
+from laneway.engine.failures import letters_log
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import LaneTable
@@ -78,6 +79,7 @@ class Processor(Dispatching):
         self.metrics: Metrics = metrics or NoopMetrics()
         self._clock = clock
         self._on_fatal = on_fatal
+        self._letters_log = letters_log()
         self.fatal: BaseException | None = None
         self.closed = False
         self._started = False
@@ -384,3 +386,4 @@ class Processor(Dispatching):
         if self._apool is not None:
             self._apool.close(deadline)
         self._monitor.stop(min(deadline, time.monotonic() + 1.0))
+        self._letters_log.flush()

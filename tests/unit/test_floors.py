@@ -3,7 +3,8 @@
     laneway/errors.py (a leaf) <- laneway/engine <- laneway/kafka <- laneway/monitor
         <- laneway/app.py, settings.py, registration.py (and the package's __init__) <- laneway/spark
                                                                                      <- laneway/catalog
-        <- laneway/ops, laneway/demo.py and laneway/__main__.py (the top floor: the command lines, the broker launcher)
+        <- laneway/ops, laneway/demo.py, laneway/__main__.py (the top floor: the command lines, the broker
+           launcher)
 
 A module may import its own floor and the floors below it; spark and catalog stand side by
 side above the app and import neither each other nor ops. laneway/engine never imports

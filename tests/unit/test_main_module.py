@@ -25,8 +25,8 @@ def test_python_m_laneway_is_the_laneway_command() -> None:
     for command in ("broker", "run", "topics", "catalog", "pipeline"):  # every sub-app registered
         assert command in by_module.stdout, by_module.stdout
     # the entry point in pyproject.toml, [project.scripts] laneway = "laneway.ops.cli:main"
-    by_entry_point = _run("-c", "import sys; sys.argv[0] = 'laneway'; from laneway.ops.cli import main; main()",
-                          "--help")  # fmt: skip
+    entry_point = "import sys; sys.argv[0] = 'laneway'; from laneway.ops.cli import main; main()"
+    by_entry_point = _run("-c", entry_point, "--help")
     assert by_module.stdout == by_entry_point.stdout
 
 

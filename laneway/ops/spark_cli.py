@@ -19,13 +19,14 @@ import typer
 
 from laneway.interrupts import run_stoppable
 from laneway.ops.bootstrap import Bootstrap, with_client_config
+from laneway.ops.log_level import LogLevel, setup_logging
 from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER  # no pyspark import
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
 pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
 
-_WAREHOUSE_HELP = "folder of the Delta tables (env LANEWAY_WAREHOUSE)"
+_WAREHOUSE_HELP = "folder of the Delta tables"  # typer adds [env var: LANEWAY_WAREHOUSE]
 Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
 Master = Annotated[str, typer.Option(help="Spark master URL: local[*], local-cluster[2,1,1024], spark://...")]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
@@ -122,7 +123,7 @@ def run(
     metrics_host: Annotated[
         str, typer.Option(help="the address they listen on (0.0.0.0: all)")
     ] = "127.0.0.1",
-    log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
+    log_level: LogLevel = "INFO",
 ) -> None:
     """Run the pipeline; with a processing-time trigger it runs until interrupted.
 
@@ -136,11 +137,9 @@ def run(
     from laneway.spark.pipeline import PipelineError, run_pipeline
     from laneway.spark.settings import PipelineSettings
 
-    if not isinstance(logging.getLevelName(log_level.upper()), int):  # as laneway run checks it
-        raise _fail(f"--log-level: unknown level {log_level!r} (DEBUG, INFO, WARNING, ERROR)")
+    setup_logging(log_level)
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise _fail(f"--metrics-port: must be a port number 0-65535 (0: any free one), got {metrics_port}")
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark_conf = _spark_conf(conf)
     try:

@@ -16,9 +16,10 @@ are, or the Java client's keys, which are translated:
 
 A Java-only key librdkafka cannot take (a JKS truststore, a callback class) is a
 :class:`~laneway.errors.ConfigError` naming the key and what to use instead; so is a file a key
-names (a CA, a certificate, a key) that is missing or cannot be read, with the file and line. The command lines
-read the file named by ``--client-config`` or ``$LANEWAY_CLIENT_CONFIG`` (:data:`ENV_VAR`) and
-make it the settings of every client the command builds (:func:`using`, :func:`active`).
+names (a CA, a certificate, a key) that is missing or cannot be read, with the file and line.
+The command lines read the file named by ``--client-config`` or ``$LANEWAY_CLIENT_CONFIG``
+(:data:`ENV_VAR`) and make it the settings of every client the command builds (:func:`using`,
+:func:`active`).
 :mod:`laneway.kafka.java_config` turns the settings back into the Java client's, for Spark.
 """
 

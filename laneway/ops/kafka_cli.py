@@ -46,12 +46,12 @@ def topics_create(
         str | None,
         typer.Option(
             help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 or 'forever': no time "
-            "limit (Kafka's retention.ms=-1); 0 is refused [default: 14d]"
+            "limit (Kafka's retention.ms=-1); 0 is refused \\[default: 14d]"  # \\[: not rich markup
         ),
     ] = None,
     segment_size: Annotated[str | None, typer.Option(help="log segment size, e.g. 256MiB")] = None,
     cleanup_policy: Annotated[
-        str | None, typer.Option(help="delete, compact or compact,delete [default: delete]")
+        str | None, typer.Option(help="delete, compact or compact,delete \\[default: delete]")
     ] = None,
     config: Annotated[
         list[str] | None,

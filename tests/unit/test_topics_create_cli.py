@@ -114,3 +114,15 @@ def test_the_api_refuses_a_zero_retention_too(admin: FakeAdmin) -> None:
     with pytest.raises(ka.InvalidInputError, match="retention"):
         ka.create_topic(admin, "orders", partitions=1, retention_ms=0)  # type: ignore[arg-type]
     assert admin.topics == {}
+
+
+def test_the_help_says_the_defaults_of_the_options_without_one() -> None:
+    """`[default: 14d]` in the help text was read as rich markup and dropped."""
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(app)
+    result = CliRunner().invoke(app, ["topics", "create", "--help"], env={"COLUMNS": "300"})
+    lines = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ --")}
+    assert (
+        "[default: 14d]" in lines["--retention"] and "-1 or 'forever': no time limit" in lines["--retention"]
+    )
+    assert "[default: delete]" in lines["--cleanup-policy"]

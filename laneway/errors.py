@@ -7,7 +7,8 @@ it. A second base in brackets is there for callers that catch it::
     │   ├── KafkaAccessError        laneway.kafka.access: the cluster refused the client; field: the setting
     │   │   ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
     │   │   └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
-    │   └── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
+    │   ├── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
+    │   └── PipelineSettingsError   laneway.spark.settings: bad pipeline settings; problems: each field
     ├── HandlerFailed               an event failed its last attempt (or did not deserialize) under "halt"
     ├── DeadLetterError             a dead letter could not be written (the event stays uncommitted)
     ├── EngineStopped               work was submitted to an engine that is closing

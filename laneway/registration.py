@@ -57,9 +57,29 @@ def check_signature(fn: Callable[..., Any], topic: str) -> None:
         raise HandlerSignatureError(
             "handler",
             f"{name}{bare} for topic {topic!r} cannot be called with one event ({exc}): "
-            f"Laneway calls it as {name}(event); write `{kind} {_short(name)}(event)` "
+            f"Laneway calls it as {name}(event); {_advice(fn, name, kind)} "
             "(any further parameter needs a default)",
         ) from None
+
+
+def _advice(fn: Callable[..., Any], name: str, kind: str) -> str:
+    """The ``def`` line to write: a method keeps its ``self`` (or ``cls``), which Python passes
+    itself; an object's ``__call__`` is the one to change; a function taken from a class (its
+    first parameter ``self``) is called without an instance, so an instance's method is the one
+    to register."""
+    if inspect.ismethod(fn):  # bound: Python passes self (cls for a classmethod) itself
+        first = next(iter(inspect.signature(fn.__func__).parameters), "self")
+        return f"write `{kind} {_short(name)}({first}, event)`"
+    if not inspect.isroutine(fn) and not isinstance(fn, functools.partial):
+        return f"write `{kind} __call__(self, event)` in class {type(fn).__qualname__}"
+    params = list(inspect.signature(fn).parameters)
+    owner, _, short = name.rpartition(".")
+    if inspect.isfunction(fn) and params[:1] == ["self"] and owner and not owner.endswith("<locals>"):
+        return (
+            f"register an instance's method ({owner}().{short}, not {name}: that one has no self) "
+            f"with `{kind} {short}(self, event)`"
+        )
+    return f"write `{kind} {_short(name)}(event)`"
 
 
 def _name(fn: Callable[..., Any]) -> str:

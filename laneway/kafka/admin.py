@@ -49,6 +49,7 @@ __all__ = [
     "TopicSummary",
     "UnknownGroupError",
     "UnknownTopicError",
+    "check_new_topic",
     "client_config",
     "client_logger",
     "connect",
@@ -261,6 +262,35 @@ def describe_topic(
 CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 
 
+def check_new_topic(
+    name: str,
+    *,
+    partitions: int,
+    replication: int = 1,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+    cleanup_policy: str = "delete",
+) -> None:
+    """An :class:`InvalidInputError` for what no cluster could take, found without one: the
+    name, fewer than one partition or replica, a cleanup policy Kafka does not have, and a
+    retention that is neither positive nor -1 (Kafka's ``retention.ms=-1``: no time limit;
+    0 has no documented meaning)."""
+    if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise InvalidInputError(f"invalid topic name {name!r} (letters, digits, '.', '_', '-'; at most 249)")
+    if partitions < 1:
+        raise InvalidInputError(f"--partitions must be at least 1, got {partitions}")
+    if replication < 1:
+        raise InvalidInputError(f"--replication must be at least 1, got {replication}")
+    if retention_ms != -1 and retention_ms < 1:
+        raise InvalidInputError(
+            f"--retention must be a positive duration (14d, 12h, 500ms), or -1 (forever) for no time "
+            f"limit (Kafka's retention.ms=-1); got {retention_ms} ms"
+        )
+    if cleanup_policy not in ("delete", "compact", "compact,delete"):
+        raise InvalidInputError(
+            f"unknown cleanup policy {cleanup_policy!r} (delete, compact, compact,delete)"
+        )
+
+
 def create_topic(
     admin: AdminClient,
     name: str,
@@ -273,19 +303,19 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> TopicDescription:
-    """Create a topic (retention two weeks unless told) and describe it."""
-    if not _TOPIC_NAME.match(name) or name in (".", ".."):
-        raise InvalidInputError(f"invalid topic name {name!r} (letters, digits, '.', '_', '-'; at most 249)")
-    if partitions < 1:
-        raise InvalidInputError(f"--partitions must be at least 1, got {partitions}")
+    """Create a topic (retention two weeks unless told) and describe it; what
+    :func:`check_new_topic` refuses is refused before the cluster is asked anything."""
+    check_new_topic(
+        name,
+        partitions=partitions,
+        replication=replication,
+        retention_ms=retention_ms,
+        cleanup_policy=cleanup_policy,
+    )
     brokers = len(admin.list_topics(timeout=10).brokers)
-    if not 1 <= replication <= brokers:
+    if replication > brokers:
         raise InvalidInputError(
             f"--replication {replication} is impossible: the cluster has {brokers} broker(s)"
-        )
-    if cleanup_policy not in ("delete", "compact", "compact,delete"):
-        raise InvalidInputError(
-            f"unknown cleanup policy {cleanup_policy!r} (delete, compact, compact,delete)"
         )
     settings = {"retention.ms": str(retention_ms), "cleanup.policy": cleanup_policy, **(config or {})}
     if segment_bytes is not None:

@@ -15,15 +15,18 @@ are, or the Java client's keys, which are translated:
 * ``ssl.endpoint.identification.algorithm`` empty: ``none``.
 
 A Java-only key librdkafka cannot take (a JKS truststore, a callback class) is a
-:class:`~laneway.errors.ConfigError` naming the key and what to use instead. The command lines
-read the file named by ``--client-config`` or ``$LANEWAY_CLIENT_CONFIG`` (:data:`ENV_VAR`) and
-make it the settings of every client the command builds (:func:`using`, :func:`active`).
+:class:`~laneway.errors.ConfigError` naming the key and what to use instead; so is a file a key
+names (a CA, a certificate, a key) that is missing or cannot be read, with the file and line.
+The command lines read the file named by ``--client-config`` or ``$LANEWAY_CLIENT_CONFIG``
+(:data:`ENV_VAR`) and make it the settings of every client the command builds (:func:`using`,
+:func:`active`).
 :mod:`laneway.kafka.java_config` turns the settings back into the Java client's, for Spark.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -40,6 +43,7 @@ __all__ = [
     "API_ARGUMENT",
     "CLI_OPTION",
     "ENV_VAR",
+    "FILE_KEYS",
     "active",
     "load_client_config",
     "parse_properties",
@@ -246,7 +250,9 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
 def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dict[str, str]:
     """The librdkafka settings of the properties file at ``path``; a :class:`ConfigError`
     naming the file when it cannot be read, the key when one cannot be translated, and the
-    file and line when librdkafka refuses a key (unknown, or a value it cannot take). A
+    file and line when librdkafka refuses a key (unknown, or a value it cannot take) or when a
+    file a key names (``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``,
+    their Java forms, :data:`FILE_KEYS`) is missing or cannot be read. A
     missing file's error names ``given_by``, where the path came from: the Python API's
     ``client_config=`` argument (the default) or, from the command lines, :data:`CLI_OPTION`.
     The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
@@ -264,6 +270,8 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
         settings = to_librdkafka(props)
     except ConfigError as exc:
         raise ConfigError(_FIELD, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(props))}") from None
+    if missing := _file_problem(p, parsed):
+        raise ConfigError(_FIELD, missing)
     if refused := _refused(settings):
         key, why = refused
         where = f"{p} line {parsed[key][1]}" if key in parsed else str(p)
@@ -274,11 +282,56 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     return settings
 
 
+#: the keys (librdkafka's and the Java client's) whose value is a file the clients read at start;
+#: a directory is a CA location too (librdkafka reads the certificates in it)
+FILE_KEYS: Final = (
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.keystore.location",
+    "ssl.truststore.location",
+    "ssl.crl.location",
+)
+_DIRECTORY_OK: Final = frozenset({"ssl.ca.location", "ssl.truststore.location"})
+
+
+def _file_problem(path: Path, parsed: Mapping[str, tuple[str, int]]) -> str | None:
+    """The first file setting of the properties file at ``path`` whose file is missing or
+    unreadable, as ``<file> line N: <key>: <why>``; None when every one can be read. librdkafka
+    said only "BIO routines::no such file" or similar when the client started, without the
+    file's name. A relative path is read from the current folder, as librdkafka reads it."""
+    for key, (value, line) in sorted(parsed.items(), key=lambda item: item[1][1]):
+        if key not in FILE_KEYS:
+            continue
+        if key == "ssl.ca.location" and value.strip() == "probe":  # librdkafka: the system's CAs
+            continue
+        target = Path(value)
+        shown = value if target.is_absolute() else f"{value} (from {Path.cwd()})"
+        why = None
+        try:
+            if target.is_dir():
+                if key not in _DIRECTORY_OK:
+                    why = f"{shown} is a directory, not a file"
+                elif not os.access(target, os.R_OK | os.X_OK):
+                    why = f"cannot read {shown}: Permission denied"
+            else:
+                with target.open("rb"):
+                    pass
+        except FileNotFoundError:
+            why = f"no such file: {shown}"
+        except OSError as exc:
+            why = f"cannot read {shown}: {exc.strerror or type(exc).__name__}"
+        if why:
+            return f"{path} line {line}: {key}: {why}"
+    return None
+
+
 def _refused(settings: Mapping[str, str]) -> tuple[str, str] | None:
     """The first key librdkafka refuses by itself (unknown, or a value it cannot take), with its
     text; None when it takes every one. A client is built to ask (librdkafka has no other way)
     without ``bootstrap.servers``, so it connects nowhere; what only a client's start finds (a
-    certificate file, a pair of settings that clash) is left to the clients the file is for."""
+    certificate file's content, a pair of settings that clash) is left to the clients the file
+    is for. A missing or unreadable file is :func:`_file_problem`'s."""
     quiet = logging.getLogger("laneway.kafka.client_config.check")
     quiet.setLevel(logging.CRITICAL)  # "a consumer property, ignored by this producer"
 

@@ -26,6 +26,7 @@ import typer
 
 from laneway.interrupts import graceful_interrupts
 from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
+from laneway.ops.log_level import LogLevel, setup_logging
 
 __all__ = ["catalog_app", "register"]
 
@@ -206,6 +207,7 @@ def sync_cmd(
         ),
     ] = 600.0,
     metrics_port: Annotated[int | None, typer.Option(help="serve /metrics and /healthz on this port")] = None,
+    log_level: LogLevel = "INFO",
 ) -> None:
     """Sync catalog changes into normalized entity snapshots (a Laneway app).
 
@@ -219,6 +221,7 @@ def sync_cmd(
     from laneway.catalog.sync import CatalogSync, SyncSettings
     from laneway.engine.policies import Timeouts
 
+    setup_logging(log_level)
     address = _resolve(bootstrap)
     settings = SyncSettings(
         bootstrap_servers=address,

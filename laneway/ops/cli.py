@@ -139,7 +139,8 @@ def _print_started(info: broker_mod.BrokerInfo) -> None:
 
 @broker_app.command("stop")
 def broker_stop() -> None:
-    """Stop the broker that `laneway broker start` started (and only that one).
+    """Stop the broker that `laneway broker start` started (and only that one). Its data
+    directory is removed when it is under the cache (no --data-dir); a --data-dir elsewhere is kept.
 
     Example: laneway broker stop
     """
@@ -149,7 +150,7 @@ def broker_stop() -> None:
         typer.secho("no broker started by laneway is running", err=True)
     else:
         typer.echo(f"stopped broker pid {info.pid} at {info.bootstrap}")
-        if info.data_dir.startswith(str(state.parent)):
+        if Path(info.data_dir).resolve().is_relative_to(state.parent.resolve()):  # made by start
             shutil.rmtree(info.data_dir, ignore_errors=True)
     state.unlink(missing_ok=True)
 

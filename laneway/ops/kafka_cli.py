@@ -45,15 +45,17 @@ def topics_create(
     retention: Annotated[
         str | None,
         typer.Option(
-            help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 = forever [default: 14d]"
+            help="how long records are kept: 14d, 12h, 30m; a bare number is ms; -1 or 'forever': no time "
+            "limit (Kafka's retention.ms=-1); 0 is refused \\[default: 14d]"  # \\[: not rich markup
         ),
     ] = None,
     segment_size: Annotated[str | None, typer.Option(help="log segment size, e.g. 256MiB")] = None,
     cleanup_policy: Annotated[
-        str | None, typer.Option(help="delete, compact or compact,delete [default: delete]")
+        str | None, typer.Option(help="delete, compact or compact,delete \\[default: delete]")
     ] = None,
     config: Annotated[
-        list[str] | None, typer.Option("--config", "-c", help="extra topic setting KEY=VALUE")
+        list[str] | None,
+        typer.Option("--config", "-c", help="extra topic setting KEY=VALUE; repeatable, each key once"),
     ] = None,
     bootstrap: Bootstrap = None,
     json: Json = False,
@@ -65,11 +67,13 @@ def topics_create(
 
     Example: laneway topics create orders --partitions 12 --replication 3 --retention 14d
     """
-    extra = {}
+    extra: dict[str, str] = {}
     for item in config or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise common.fail(f"malformed --config {item!r} (expected KEY=VALUE)")
+        if key in extra:
+            raise common.fail(f"--config {key} given twice ({key}={extra[key]} and {item}): give it once")
         extra[key] = value
     given = {"--retention": retention, "--segment-size": segment_size, "--cleanup-policy": cleanup_policy}
     for option, key in _OPTION_KEYS.items():
@@ -79,6 +83,13 @@ def topics_create(
             )
     retention_ms = parse_duration(retention) if retention is not None else ka.DEFAULT_RETENTION_MS
     segment = parse_size(segment_size) if segment_size else None
+    ka.check_new_topic(  # before connecting: what no cluster takes is one line without one
+        name,
+        partitions=partitions,
+        replication=replication,
+        retention_ms=retention_ms,
+        cleanup_policy=cleanup_policy or "delete",
+    )
     _, admin = common.connect(bootstrap)
     desc = ka.create_topic(
         admin,

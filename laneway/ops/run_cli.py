@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import re
 import signal
@@ -18,6 +17,7 @@ from laneway.interrupts import graceful_interrupts
 from laneway.kafka import secrets
 from laneway.kafka.client_config import active
 from laneway.ops.bootstrap import with_client_config
+from laneway.ops.log_level import LogLevel, setup_logging
 
 __all__ = ["load_app", "register"]
 
@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         metrics_host: Annotated[
             str | None, typer.Option(help="the address they listen on (default 127.0.0.1; 0.0.0.0: all)")
         ] = None,
-        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+        log_level: LogLevel = "INFO",
     ) -> None:
         """Run a Laneway app until SIGINT/SIGTERM, then drain, commit and exit.
 
@@ -65,10 +65,7 @@ def register(app: typer.Typer) -> None:
         """
         from laneway.app import App
 
-        if not isinstance(logging.getLevelName(log_level.upper()), int):
-            typer.secho(f"error: --log-level: unknown level {log_level!r}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(2)
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        setup_logging(log_level)
 
         def stop_before_start(signum: int, frame: object) -> None:
             # SIGINT/SIGTERM while the app module is still importing: nothing runs yet, nothing to drain

@@ -19,15 +19,19 @@ import typer
 
 from laneway.interrupts import run_stoppable
 from laneway.ops.bootstrap import Bootstrap, with_client_config
-from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER  # no pyspark import
+from laneway.ops.log_level import LogLevel, setup_logging
+from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER, MASTER_FORMS  # no pyspark import
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
 pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
 
-_WAREHOUSE_HELP = "folder of the Delta tables (env LANEWAY_WAREHOUSE)"
+_WAREHOUSE_HELP = "folder of the Delta tables"  # typer adds [env var: LANEWAY_WAREHOUSE]
 Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
-Master = Annotated[str, typer.Option(help="Spark master URL: local[*], local-cluster[2,1,1024], spark://...")]
+Master = Annotated[
+    str,
+    typer.Option(help=f"Spark master URL: {MASTER_FORMS}"),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
 Conf = Annotated[list[str] | None, typer.Option(help="a Spark setting KEY=VALUE; repeatable")]
 
@@ -64,6 +68,53 @@ def _write_problem(folder: Path) -> str | None:
     return None
 
 
+#: the ``pipeline run`` option of each ``PipelineSettings`` field, for its errors
+_OPTIONS = {
+    "client_config": "--client-config",
+    "spark_conf": "--conf",
+}
+
+
+def _as_options(problems: list[tuple[str, str]], *, checkpoint_given: bool) -> str:
+    """``PipelineSettings``' problems as the command line's: each named by the option the user
+    typed (``--warehouse``, not ``warehouse``). A checkpoint left to its default (under the
+    warehouse) that fails as the warehouse does is said once, for ``--warehouse``."""
+    fields = {name for name, _ in problems}
+    out = []
+    for name, why in problems:
+        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
+        if name == "checkpoint" and not checkpoint_given:
+            if "warehouse" in fields:
+                continue
+            option = "--checkpoint (by default <warehouse>/_checkpoints/pipeline)"
+        out.append(f"{option}: {why}")
+    return "; ".join(out)
+
+
+def _partitions_problem(offsets: str, topic: str, metadata: Any) -> str | None:
+    """Why Spark would refuse a JSON ``--starting-offsets`` for the topic's partitions (it wants
+    every one named, and no other), or None."""
+    from laneway.spark.settings import offsets_partitions
+
+    named = offsets_partitions(offsets)
+    if named is None:
+        return None
+    actual = set(metadata.partitions)
+    if named == actual:
+        return None
+    missing, unknown = sorted(actual - named), sorted(named - actual)
+    said = [f"it leaves out {_listed(missing)}"] if missing else []
+    said += [f"{topic!r} has no partition {_listed(unknown)}"] if unknown else []
+    return (
+        f"name every partition of {topic!r} ({len(actual)}: 0-{max(actual, default=0)}) and no other, "
+        f"with -2 for earliest and -1 for latest: {'; '.join(said)}"
+    )
+
+
+def _listed(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:10])) + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
+
+
 def _spark_conf(conf: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in conf or []:
@@ -96,7 +147,11 @@ def run(
         ),
     ] = DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     starting_offsets: Annotated[
-        str, typer.Option(help="earliest, latest or JSON; used by a new checkpoint only")
+        str,
+        typer.Option(
+            help='earliest, latest or JSON naming every partition of --topic, {"catalog.entities": {"0": 42, '
+            '"1": -2}} (-2: earliest, -1: latest); used by a new checkpoint only'
+        ),
     ] = "earliest",
     compact_every: Annotated[int, typer.Option(help="OPTIMIZE the tables every N batches; 0: never")] = 50,
     progress_group: Annotated[
@@ -122,7 +177,7 @@ def run(
     metrics_host: Annotated[
         str, typer.Option(help="the address they listen on (0.0.0.0: all)")
     ] = "127.0.0.1",
-    log_level: Annotated[str, typer.Option(help="log level of the run's progress lines")] = "INFO",
+    log_level: LogLevel = "INFO",
 ) -> None:
     """Run the pipeline; with a processing-time trigger it runs until interrupted.
 
@@ -134,13 +189,11 @@ def run(
     from laneway.kafka.client_config import active
     from laneway.ops.bootstrap import resolve_bootstrap
     from laneway.spark.pipeline import PipelineError, run_pipeline
-    from laneway.spark.settings import PipelineSettings
+    from laneway.spark.settings import PipelineSettings, PipelineSettingsError
 
-    if not isinstance(logging.getLevelName(log_level.upper()), int):  # as laneway run checks it
-        raise _fail(f"--log-level: unknown level {log_level!r} (DEBUG, INFO, WARNING, ERROR)")
+    setup_logging(log_level)
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise _fail(f"--metrics-port: must be a port number 0-65535 (0: any free one), got {metrics_port}")
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark_conf = _spark_conf(conf)
     try:
@@ -159,6 +212,8 @@ def run(
             progress_group=progress_group or None,
             client_config=active(),  # --client-config: Spark's Kafka source and the progress group
         )
+    except PipelineSettingsError as exc:
+        raise _fail(_as_options(exc.problems, checkpoint_given=checkpoint is not None)) from exc
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     for option, path in (("--warehouse", settings.warehouse), ("--checkpoint", settings.checkpoint)):
@@ -180,6 +235,10 @@ def run(
                 f"topic {settings.topic!r} does not exist at {settings.bootstrap} "
                 "(laneway catalog sync produces the entity snapshots to it)"
             )
+        if problem := _partitions_problem(
+            settings.starting_offsets, settings.topic, md.topics[settings.topic]
+        ):
+            raise _fail(f"--starting-offsets: {problem}")
         if settings.progress_group:  # denied: one line now, not a commit that waits out its timeout
             try:
                 check_group(
@@ -230,9 +289,11 @@ def _session(master: str, warehouse: str, conf: list[str] | None = None) -> Any:
     refused: the workers do not see the driver's current folder."""
     from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
-    from laneway.spark.settings import local_master, shared_path_problem
+    from laneway.spark.settings import local_master, master_problem, shared_path_problem
 
     spark_conf = _spark_conf(conf)
+    if problem := master_problem(master):  # before Spark: its refusal is a py4j stack trace
+        raise _fail(f"--master: {problem}")
     problem = None if local_master(master) else shared_path_problem(warehouse)
     if problem:
         raise _fail(f"--warehouse: with --master {master}, {problem}")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from laneway import jars
 from laneway.errors import ConfigError
+from laneway.spark.settings import master_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,6 +92,8 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if not self.master.strip():
             raise ConfigError("SessionSettings.master", "must not be empty")
+        if problem := master_problem(self.master):  # before a JVM: Spark's refusal is a py4j trace
+            raise ConfigError("SessionSettings.master", problem)
         if self.shuffle_partitions < 1:
             raise ConfigError(
                 "SessionSettings.shuffle_partitions", f"must be >= 1, got {self.shuffle_partitions}"

@@ -33,6 +33,7 @@ run of four batches). Set on the query's own session; the caller's is left as it
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -45,11 +46,16 @@ from laneway.kafka.java_config import spark_options
 __all__ = [
     "AVAILABLE_NOW",
     "DEFAULT_MAX_OFFSETS_PER_TRIGGER",
+    "MASTER_FORMS",
     "SOURCE_DEFAULTS",
     "STREAMING_TRIGGER",
     "PipelineSettings",
+    "PipelineSettingsError",
     "local_master",
+    "master_problem",
+    "offsets_partitions",
     "shared_path_problem",
+    "starting_offsets_problem",
 ]
 
 AVAILABLE_NOW = "available-now"
@@ -102,6 +108,73 @@ def _local(path: str) -> bool:
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
+#: the master URLs Spark 4.2 takes (``SparkContext.createTaskScheduler``): ``local``,
+#: ``local[N]``/``local[*]``, ``local[N,F]`` (F: task failures allowed), ``local-cluster[N,C,M]``,
+#: ``spark://HOST:PORT`` (a comma-separated list of masters), and the cluster managers pyspark
+#: ships: ``yarn`` and ``k8s://...``. Spark 4 has no Mesos.
+_MASTERS = (
+    re.compile(r"local"),
+    re.compile(r"local\[(?:[1-9][0-9]*|\*)\]"),
+    re.compile(r"local\[(?:[1-9][0-9]*|\*)\s*,\s*[0-9]+\]"),
+    re.compile(r"local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*\]"),
+    re.compile(r"spark://{hp}(?:,{hp})*".format(hp=r"(?:\[[0-9A-Fa-f:.]+\]|[^\s,/:\[\]]+):[0-9]+")),
+    re.compile(r"yarn"),
+    re.compile(r"k8s://\S+"),
+)
+MASTER_FORMS = (
+    "local, local[N], local[*], local[N,F], local-cluster[N,CORES,MB], spark://HOST:PORT, yarn or k8s://URL"
+)
+
+
+def master_problem(master: str) -> str | None:
+    """Why Spark would refuse ``master`` as a master URL, or None when it takes it: found
+    before a JVM starts (Spark's refusal is a py4j stack trace)."""
+    if any(form.fullmatch(master) for form in _MASTERS):
+        return None
+    if master.startswith("mesos://"):
+        return f"{master!r}: Spark 4 has no Mesos support; use {MASTER_FORMS}"
+    return f"{master!r} is not a Spark master URL: use {MASTER_FORMS}"
+
+
+def starting_offsets_problem(offsets: str, topic: str) -> str | None:
+    """Why Spark's Kafka source would refuse ``offsets`` as ``startingOffsets`` for ``topic``,
+    or None: ``earliest``, ``latest``, or a JSON object of the topic's partitions and offsets,
+    ``{"orders": {"0": 42, "1": -2}}`` (-2: earliest, -1: latest). Spark wants every partition
+    of the topic named; the partition count is the broker's to say (see :func:`offsets_partitions`)."""
+    if offsets in ("earliest", "latest"):
+        return None
+    example = f'earliest, latest or JSON like {{"{topic}": {{"0": 42, "1": -2}}}} (-2: earliest, -1: latest)'
+    try:
+        parsed = json.loads(offsets)
+    except ValueError as exc:
+        return f"{offsets!r} is not {example}: {exc}"
+    if not isinstance(parsed, dict) or not parsed:
+        return f"{offsets!r} is not {example}"
+    if set(parsed) != {topic}:
+        others = ", ".join(repr(t) for t in parsed if t != topic) or "none"
+        return f"{offsets!r} must name the topic {topic!r} and no other (it names {others}); {example}"
+    partitions = parsed[topic]
+    if not isinstance(partitions, dict) or not partitions:
+        return f"{offsets!r}: {topic!r} must map partitions to offsets; {example}"
+    for partition, offset in partitions.items():
+        if not re.fullmatch(r"[0-9]+", partition):
+            return f"{offsets!r}: partition {partition!r} is not a partition number; {example}"
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < -2:
+            return (
+                f"{offsets!r}: offset {offset!r} of partition {partition} is not an offset >= -2; {example}"
+            )
+    return None
+
+
+def offsets_partitions(offsets: str) -> set[int] | None:
+    """The partitions a JSON ``startingOffsets`` names (None for ``earliest``/``latest``); for an
+    ``offsets`` :func:`starting_offsets_problem` takes."""
+    if offsets in ("earliest", "latest"):
+        return None
+    parsed: dict[str, dict[str, int]] = json.loads(offsets)
+    return {int(p) for by_partition in parsed.values() for p in by_partition}
+
+
 def local_master(master: str) -> bool:
     """Whether every executor runs on the driver's machine: ``local``, ``local[N]``,
     ``local-cluster[...]``; not ``spark://``, ``yarn``, ``k8s://``."""
@@ -138,16 +211,28 @@ def _interval_ms(trigger: str) -> int | None:
     return round(float(match.group("n")) * factor)
 
 
+class PipelineSettingsError(ConfigError):
+    """:class:`PipelineSettings` refused: ``problems`` holds each bad field with its reason, in
+    the order checked, for a caller that names them its own way (the command line's options)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("PipelineSettings", "; ".join(f"{name}: {why}" for name, why in problems))
+        self.problems = list(problems)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PipelineSettings:
     """What the pipeline reads, where it writes, and how it triggers. Validated on construction:
-    a ``ConfigError`` names every bad field.
+    a :class:`PipelineSettingsError` (a ``ConfigError``) names every bad field, a Spark master
+    URL Spark would refuse (:func:`master_problem`) among them.
 
     * ``warehouse``: folder (or Hadoop URI) holding the Delta tables, ``<warehouse>/entities`` ...
       A relative path is made absolute against the current folder with a local master, and
       refused with any other (on a cluster: an absolute path all workers see, module docstring).
     * ``checkpoint``: the streaming query's checkpoint folder; a new one restarts from
-      ``starting_offsets`` (``"earliest"``, ``"latest"`` or Spark's per-partition JSON).
+      ``starting_offsets``: ``"earliest"``, ``"latest"`` or Spark's JSON of the topic's
+      partitions, ``{"catalog.entities": {"0": 42, "1": -2}}`` (-2: earliest, -1: latest; Spark
+      wants every partition named).
       Relative paths as for ``warehouse``.
     * ``trigger``: ``"available-now"`` (process what is there, in batches of at most
       ``max_offsets_per_trigger``, then stop) or a processing-time interval (``"10s"``,
@@ -192,39 +277,41 @@ class PipelineSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        errors: list[str] = []
+        errors: list[tuple[str, str]] = []
         for name in ("bootstrap", "warehouse", "checkpoint", "topic", "master", "starting_offsets"):
             if not str(getattr(self, name)).strip():
-                errors.append(f"{name}: must not be empty")
+                errors.append((name, "must not be empty"))
         if self.trigger != AVAILABLE_NOW:
             ms = _interval_ms(self.trigger)
             if ms is None or ms <= 0:
                 errors.append(
-                    f"trigger: {self.trigger!r} is neither 'available-now' nor an interval like '10s'"
+                    ("trigger", f"{self.trigger!r} is neither 'available-now' nor an interval like '10s'")
                 )
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 0:
             errors.append(
-                f"max_offsets_per_trigger: must be >= 0 (0: no cap), got {self.max_offsets_per_trigger}"
+                ("max_offsets_per_trigger", f"must be >= 0 (0: no cap), got {self.max_offsets_per_trigger}")
             )
         if self.progress_group is not None and not self.progress_group.strip():
-            errors.append("progress_group: a group name, or None for none")
+            errors.append(("progress_group", "a group name, or None for none"))
         if self.compact_every < 0:
-            errors.append(f"compact_every: must be >= 0, got {self.compact_every}")
-        if not local_master(self.master):
+            errors.append(("compact_every", f"must be >= 0, got {self.compact_every}"))
+        if self.master.strip() and (problem := master_problem(self.master)):
+            errors.append(("master", problem))
+        elif not local_master(self.master):
             for name in ("warehouse", "checkpoint"):
                 path = str(getattr(self, name))
                 problem = shared_path_problem(path) if path.strip() else None
                 if problem:
-                    errors.append(f"{name}: with master {self.master!r}, {problem}")
-        offsets = self.starting_offsets.strip()
-        if offsets and offsets not in ("earliest", "latest") and not offsets.startswith("{"):
-            errors.append(f"starting_offsets: 'earliest', 'latest' or JSON, got {self.starting_offsets!r}")
+                    errors.append((name, f"with master {self.master!r}, {problem}"))
+        offsets, topic = self.starting_offsets, self.topic
+        if offsets.strip() and topic.strip() and (problem := starting_offsets_problem(offsets, topic)):
+            errors.append(("starting_offsets", problem))
         try:
             spark_options(self.client_config)
         except ConfigError as exc:
-            errors.append(str(exc))
+            errors.append((exc.field, exc.reason))
         if errors:
-            raise ConfigError("PipelineSettings", "; ".join(errors))
+            raise PipelineSettingsError(errors)
         for name in ("warehouse", "checkpoint"):
             path = str(getattr(self, name))
             if _SCHEME.match(path) is None and not path.startswith("/"):

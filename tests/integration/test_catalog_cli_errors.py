@@ -264,3 +264,39 @@ def test_generate_stops_with_one_line_when_the_broker_goes_away() -> None:
     assert unsent > 0  # it stopped sending: the stream had records left
     assert acknowledged + unanswered + unsent == 2000
     assert "produced" not in result.stdout
+
+
+def test_pipeline_run_wants_every_partition_in_json_starting_offsets(
+    kafka_bootstrap: str, make_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Spark's Kafka source asserts that JSON starting offsets name every partition of the topic:
+    a py4j stack trace, and empty tables and a checkpoint left behind. The topic's partitions are
+    known once the broker answers, before Spark starts."""
+    from laneway.spark import pipeline
+
+    topic = make_topic(partitions=3, prefix="entities")
+    ran: list[object] = []
+
+    def fake_run(s: object, **_: object) -> pipeline.PipelineResult:  # no Spark job
+        ran.append(s)
+        return pipeline.PipelineResult((), 0, 0, None, None)
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake_run)
+    warehouse = tmp_path / "wh"
+    base = [
+        "pipeline",
+        "run",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--warehouse",
+        str(warehouse),
+    ]
+    base += ["--progress-group", ""]
+    line = one_line_error(invoke(*base, "--starting-offsets", f'{{"{topic}": {{"0": 0, "5": 1}}}}'))
+    assert line.startswith(f"error: --starting-offsets: name every partition of {topic!r} (3: 0-2)"), line
+    assert line.endswith(f"it leaves out 1, 2; {topic!r} has no partition 5"), line
+    assert ran == [] and not warehouse.exists()
+    every = f'{{"{topic}": {{"0": 0, "1": -2, "2": -1}}}}'
+    assert invoke(*base, "--starting-offsets", every).exit_code == 0 and len(ran) == 1

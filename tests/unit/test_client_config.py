@@ -301,9 +301,86 @@ def test_a_key_librdkafka_refuses_names_the_file_and_line(
 
 
 def test_what_only_a_client_s_start_finds_is_left_to_the_clients(tmp_path: Path) -> None:
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")  # read at a client's start, not here
     f = tmp_path / "client.properties"
-    f.write_text("security.protocol=SSL\nssl.ca.location=/no/such/ca.pem\nbootstrap.servers=k:1\n")
-    assert cc.load_client_config(f)["ssl.ca.location"] == "/no/such/ca.pem"
+    f.write_text(f"security.protocol=SSL\nssl.ca.location={garbage}\nbootstrap.servers=k:1\n")
+    assert cc.load_client_config(f)["ssl.ca.location"] == str(garbage)
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (["ssl.ca.location=/no/such/ca.pem"], "line 2: ssl.ca.location: no such file: /no/such/ca.pem"),
+        (
+            ["ssl.certificate.location={tmp}/client.pem", "ssl.key.location={tmp}/gone.key"],
+            "line 3: ssl.key.location: no such file: {tmp}/gone.key",
+        ),
+        (
+            ["ssl.truststore.type=PEM", "ssl.truststore.location={tmp}/nope.pem"],  # the Java key
+            "line 3: ssl.truststore.location: no such file: {tmp}/nope.pem",
+        ),
+        (
+            ["ssl.keystore.type=PEM", "ssl.keystore.location=client.pem"],  # relative: from the cwd
+            "line 3: ssl.keystore.location: no such file: client.pem (from {cwd})",
+        ),
+        (
+            ["ssl.certificate.location={tmp}"],
+            "line 2: ssl.certificate.location: {tmp} is a directory, not a file",
+        ),
+    ],
+)
+def test_a_missing_certificate_file_names_the_setting_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str], says: str
+) -> None:
+    """librdkafka said "ssl.ca.location failed: error:...:BIO routines::no such file" when the
+    first client started, naming neither the file nor where it was set."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    (tmp_path / "client.pem").write_text("x")
+    f = tmp_path / "client.properties"
+    f.write_text("\n".join(["security.protocol=SSL", *(line.format(tmp=tmp_path) for line in lines)]) + "\n")
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(f)
+    assert str(info.value) == f"client_config: {f} " + says.format(tmp=tmp_path, cwd=cwd)
+
+
+def test_an_unreadable_certificate_file_is_named(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    key = tmp_path / "client.key"
+    key.write_text("x")
+    key.chmod(0)
+    f = tmp_path / "client.properties"
+    f.write_text(f"ssl.key.location={key}\n")
+    with pytest.raises(ConfigError, match=rf"line 1: ssl.key.location: cannot read {key}: Permission denied"):
+        cc.load_client_config(f)
+
+
+def test_a_ca_folder_and_the_system_s_cas_are_taken(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    f.write_text(f"security.protocol=SSL\nssl.ca.location={tmp_path}\n")  # librdkafka reads a folder
+    assert cc.load_client_config(f)["ssl.ca.location"] == str(tmp_path)
+    f.write_text("security.protocol=SSL\nssl.ca.location=probe\n")  # librdkafka probes the system's
+    assert cc.load_client_config(f)["ssl.ca.location"] == "probe"
+
+
+def test_a_missing_certificate_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from laneway.ops import kafka_cli
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    kafka_cli.register(app)
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=SSL\n# the CA\nssl.ca.location=/etc/kafka/missing-ca.pem\n")
+    result = CliRunner().invoke(app, ["topics", "list", "--client-config", str(f)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: client_config: {f} line 3: ssl.ca.location: no such file: /etc/kafka/missing-ca.pem"
+    ]
 
 
 def test_a_refused_key_is_one_line_naming_the_file_and_exit_2(tmp_path: Path) -> None:

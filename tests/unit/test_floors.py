@@ -3,7 +3,8 @@
     laneway/errors.py (a leaf) <- laneway/engine <- laneway/kafka <- laneway/monitor
         <- laneway/app.py, settings.py, registration.py (and the package's __init__) <- laneway/spark
                                                                                      <- laneway/catalog
-        <- laneway/ops and laneway/demo.py (the top floor: the command lines, the broker launcher)
+        <- laneway/ops, laneway/demo.py, laneway/__main__.py (the top floor: the command lines, the broker
+           launcher)
 
 A module may import its own floor and the floors below it; spark and catalog stand side by
 side above the app and import neither each other nor ops. laneway/engine never imports
@@ -46,7 +47,7 @@ def floor_of(module: str) -> str:
         return "app"  # a name the package's __init__ exports (from laneway import App)
     if len(parts) == 1 or parts[1] in ("app", "settings", "registration"):
         return "app"  # the package's __init__ exports the app's names
-    if parts[1] == "demo":
+    if parts[1] in ("demo", "__main__"):  # python -m laneway: the command line
         return "ops"
     assert parts[1] in ALLOWED, f"{module}: no floor for laneway.{parts[1]}; add it to ALLOWED"
     return parts[1]

@@ -41,6 +41,11 @@ class Sink:
 
     def both(self, event: Any, other: Any) -> None: ...
 
+    def nothing(self) -> None: ...
+
+    @classmethod
+    def of_class(cls, event: Any, other: Any) -> None: ...
+
 
 class Callable1:
     def __call__(self, event: Any) -> None: ...
@@ -98,13 +103,30 @@ REFUSED: dict[str, tuple[Callable[..., Any], str, str]] = {
     "none": (_none, "_none()", "def _none(event)"),
     "async, two parameters": (_async_two, "_async_two(a, b)", "async def _async_two(event)"),
     "a required keyword": (_keyword_only, "_keyword_only(event, *, required)", "def _keyword_only(event)"),
-    "bound method, two more": (Sink().both, "Sink.both(event, other)", "def both(event)"),
+    # a method's advice keeps self (cls): the advice said `def both(event)`, which fails again
+    "bound method, two more": (Sink().both, "Sink.both(event, other)", "write `def both(self, event)`"),
+    "bound method without the event": (Sink().nothing, "Sink.nothing()", "write `def nothing(self, event)`"),
+    "classmethod, two more": (
+        Sink.of_class,
+        "Sink.of_class(event, other)",
+        "write `def of_class(cls, event)`",
+    ),
+    "a method taken from its class": (
+        Sink.handle,
+        "Sink.handle(self, event)",
+        "register an instance's method (Sink().handle, not Sink.handle: that one has no self) "
+        "with `def handle(self, event)`",
+    ),
     "partial, two left": (
         functools.partial(_three, 1),
         "functools.partial(_three, ...)(b, c)",
         "def handle",
     ),
-    "__call__ without the event": (Callable0(), "Callable0 instance()", "def handle(event)"),
+    "__call__ without the event": (
+        Callable0(),
+        "Callable0 instance()",
+        "write `def __call__(self, event)` in class Callable0",
+    ),
     "lambda without the event": (lambda: None, "<lambda>()", "def handle(event)"),
 }
 

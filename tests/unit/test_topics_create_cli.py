@@ -14,6 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from laneway.kafka import admin as ka
 from laneway.ops import cli_common
 from laneway.ops.kafka_cli import register
 from tests.unit.test_admin_create import FakeAdmin
@@ -68,3 +69,60 @@ def test_the_report_says_the_retention_the_topic_got(admin: FakeAdmin, args: lis
     result = _create(*args)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"created orders: 1 partition(s), replication 1, {said}"
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(bootstrap: str | None) -> Any:
+        raise ka.BrokerUnreachableError("no Kafka broker answered at 127.0.0.1:1")
+
+    monkeypatch.setattr(cli_common, "connect", unreachable)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # refused only once a broker answered: "no Kafka broker answered" hid the real mistake
+        (["--partitions", "0"], "--partitions must be at least 1, got 0"),
+        (["--replication", "0"], "--replication must be at least 1, got 0"),
+        # taken silently: a topic whose records go once their segment rolls
+        (["--retention", "0"], "--retention must be a positive duration"),
+        (["--retention", "0d"], "or -1 (forever) for no time limit (Kafka's retention.ms=-1)"),
+        (["--retention", "0.4ms"], "got 0 ms"),
+        # the first value was dropped without a word
+        (["-c", "max.message.bytes=1000", "--config", "max.message.bytes=2000"], "given twice"),
+        (["-c", "min.insync.replicas=2", "-c", "min.insync.replicas=2"], "min.insync.replicas given twice"),
+    ],
+)
+def test_what_no_cluster_takes_is_refused_before_connecting(
+    no_broker: None, args: list[str], says: str
+) -> None:
+    result = _create(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+
+
+@pytest.mark.parametrize("retention", ["-1", "forever"])
+def test_minus_one_is_no_time_limit(admin: FakeAdmin, retention: str) -> None:
+    result = _create("--retention", retention)
+    assert result.exit_code == 0, result.output
+    assert "retention forever" in result.output
+
+
+def test_the_api_refuses_a_zero_retention_too(admin: FakeAdmin) -> None:
+    with pytest.raises(ka.InvalidInputError, match="retention"):
+        ka.create_topic(admin, "orders", partitions=1, retention_ms=0)  # type: ignore[arg-type]
+    assert admin.topics == {}
+
+
+def test_the_help_says_the_defaults_of_the_options_without_one() -> None:
+    """`[default: 14d]` in the help text was read as rich markup and dropped."""
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(app)
+    result = CliRunner().invoke(app, ["topics", "create", "--help"], env={"COLUMNS": "300"})
+    lines = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ --")}
+    assert (
+        "[default: 14d]" in lines["--retention"] and "-1 or 'forever': no time limit" in lines["--retention"]
+    )
+    assert "[default: delete]" in lines["--cleanup-policy"]

@@ -143,7 +143,10 @@ class Timeouts:
     shutdown: float = 30.0
     #: at a rebalance, how long running events of revoked partitions may take before their commit
     revoke: float = 10.0
-    #: ``/healthz`` fails when a consumer loop or the asyncio worker loop has not run for this long
+    #: a partition whose lowest unfinished offset has stood this long (plus its handler's
+    #: ``delay``) is stalled (``/status``, ``laneway_partition_stalled``) and fails ``/healthz``;
+    #: ``/healthz`` also fails when a consumer loop or the asyncio worker loop has not run for
+    #: this long
     stall: float = 60.0
     #: how long the start waits for a broker to answer
     startup: float = 10.0

@@ -32,13 +32,16 @@ RETRY_GROUP = 0.001
 logger = logging.getLogger("laneway.engine.processor")
 
 
-def letters_log() -> Sampled:
-    """The log of dead letters: a line each, up to a few per topic every few seconds
-    (:mod:`laneway.engine.sampled`)."""
+def letters_log(schedule: Callable[[float, Callable[[], None]], None], clock: Callable[[], float]) -> Sampled:
+    """The log of dead letters: a line each, up to a few per topic every few seconds, and the
+    count of the rest when each window ends (:mod:`laneway.engine.sampled`; ``schedule`` and
+    ``clock``: the processor's timer)."""
     return Sampled(
         logger,
         "dead-lettered %d more record(s) to %s in the last %.0fs, not logged one by one "
         "(laneway_dead_letters_total counts every one)",
+        clock=clock,
+        schedule=schedule,
     )
 
 

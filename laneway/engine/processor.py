@@ -79,7 +79,6 @@ class Processor(Dispatching):
         self.metrics: Metrics = metrics or NoopMetrics()
         self._clock = clock
         self._on_fatal = on_fatal
-        self._letters_log = letters_log()
         self.fatal: BaseException | None = None
         self.closed = False
         self._started = False
@@ -91,6 +90,7 @@ class Processor(Dispatching):
         self._submit_lock = threading.Lock()  # for submitters that give no owner
         self._owner_locks: dict[int, threading.Lock] = {}
         self._timer = Timer(clock)
+        self._letters_log = letters_log(self._timer.schedule, clock)
         self._parked = 0
         self._park_lock = threading.Lock()
         self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)

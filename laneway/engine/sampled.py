@@ -27,9 +27,10 @@ WINDOW = 10.0
 
 class Sampled:
     """A logger's warnings of one kind per ``key`` (a topic, say): ``burst`` lines per
-    ``window`` seconds, then one line with the count of those left out, logged with the first
-    line of a later window (or by :meth:`flush`). ``summary`` is that line's format, with the
-    count, the key and the window's seconds as arguments."""
+    ``window`` seconds, then one line with the count of those left out, logged when the window
+    ends (``schedule(due, fn)`` calls ``fn`` at ``due`` on ``clock``: the processor's timer), or
+    with the first line of a later window, or by :meth:`flush`. ``summary`` is that line's
+    format, with the count, the key and the window's seconds as arguments."""
 
     def __init__(
         self,
@@ -39,9 +40,11 @@ class Sampled:
         burst: int = BURST,
         window: float = WINDOW,
         clock: Callable[[], float] = time.monotonic,
+        schedule: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self._logger, self._summary = logger, summary
         self._burst, self._window, self._clock = burst, window, clock
+        self._schedule = schedule
         self._lock = threading.Lock()
         #: per key: [window start, lines in it, lines left out]
         self._windows: dict[Hashable, list[float]] = {}
@@ -61,10 +64,24 @@ class Sampled:
             log = w[1] <= self._burst
             if not log:
                 w[2] += 1
+                start = w[0]
+                if w[2] == 1 and self._schedule is not None:  # the count comes at the window's end
+                    self._schedule(start + self._window, lambda: self._close(key, start))
         if left_out:
             self._logger.warning(self._summary, left_out, key, since)
         if log:
             self._logger.warning(msg, *args)
+
+    def _close(self, key: Hashable, start: float) -> None:
+        """The end of ``key``'s window that began at ``start``: log the count of the lines left
+        out in it, unless a later line already did (it began the next window)."""
+        with self._lock:
+            w = self._windows.get(key)
+            if w is None or w[0] != start or not w[2]:
+                return
+            left_out, since = int(w[2]), self._clock() - start
+            del self._windows[key]
+        self._logger.warning(self._summary, left_out, key, since)
 
     def flush(self) -> None:
         """Log the counts of the lines left out so far (at shutdown: no later window comes)."""

@@ -4,6 +4,7 @@ a count of those left out."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -39,3 +40,49 @@ def test_a_burst_logs_its_first_lines_then_the_count_of_the_rest(caplog: pytest.
         caplog.clear()
         log.flush()
         assert caplog.records == []
+
+
+def test_the_count_comes_when_the_window_ends_without_a_later_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A burst and then silence: the count of the lines left out is logged at the window's end
+    (by the timer), not held until the next line or the shutdown."""
+    clock = Clock()
+    due: list[tuple[float, Callable[[], None]]] = []
+    log = Sampled(
+        logging.getLogger("t.sampled2"),
+        "%d more to %s in %.0fs",
+        burst=2,
+        window=10,
+        clock=clock,
+        schedule=lambda at, fn: due.append((at, fn)),
+    )
+    with caplog.at_level(logging.WARNING, "t.sampled2"):
+        for i in range(7):
+            log.warning("a.dlq", "letter %d", i)
+        assert [at for at, _ in due] == [110.0]  # one count armed for the window, at its end
+        clock.now = 110.0
+        due.pop()[1]()
+        assert [r.getMessage() for r in caplog.records] == ["letter 0", "letter 1", "5 more to a.dlq in 10s"]
+        caplog.clear()
+        log.warning("a.dlq", "letter %d", 7)  # a new window: logged one by one again
+        log.flush()
+        assert [r.getMessage() for r in caplog.records] == ["letter 7"]
+
+
+def test_a_count_already_logged_by_a_later_line_is_not_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    due: list[tuple[float, Callable[[], None]]] = []
+    log = Sampled(
+        logging.getLogger("t.sampled3"),
+        "%d more to %s in %.0fs",
+        burst=1,
+        window=10,
+        clock=clock,
+        schedule=lambda at, fn: due.append((at, fn)),
+    )
+    with caplog.at_level(logging.WARNING, "t.sampled3"):
+        log.warning("a.dlq", "letter 0")
+        log.warning("a.dlq", "letter 1")
+        clock.now += 10
+        log.warning("a.dlq", "letter 2")  # the count, then this line
+        due.pop()[1]()  # the timer fires late: nothing more
+        assert [r.getMessage() for r in caplog.records] == ["letter 0", "1 more to a.dlq in 10s", "letter 2"]

@@ -188,6 +188,7 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
 
     n, entities, per_trigger, repeats = SIZES[mode]
     live_rate, live_seconds = LIVE[mode]
+    kafka.wait_for_groups()  # the pipeline commits its progress to a group: measure once they work
     topic = kafka.topic("spark", 8)
     live_topics = {name: kafka.topic(f"spark-live-{name}", 8) for name in contenders()}
     t0 = time.monotonic()
@@ -871,6 +872,8 @@ def sweep(
     from laneway.spark.session import SessionSettings, build_session
 
     kafka = Kafka(bootstrap)
+    waited = kafka.wait_for_groups()
+    print(f"the broker's group coordinator answers (waited {waited:.1f} s)", flush=True)
     specs = []
     topics: dict[tuple[int, int], tuple[str, dict[str, int]]] = {}
     for n, entities, per_trigger in sizes:

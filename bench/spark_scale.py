@@ -108,6 +108,8 @@ def main(argv: list[str]) -> int:
     from laneway.spark.session import SessionSettings, build_session
 
     kafka = Kafka(args.bootstrap)
+    waited = kafka.wait_for_groups()
+    print(f"the broker's group coordinator answers (waited {waited:.1f} s)", flush=True)
     topic = kafka.topic("spark-scale", 8)
     t0 = time.monotonic()
     versions = produce_entities(args.bootstrap, topic, args.entities, args.entities)

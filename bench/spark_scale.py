@@ -15,10 +15,7 @@ Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holdi
 row), ``dv`` (``deletion_vectors=True``: the MERGE of a batch small against the table marks the
 old rows deleted and writes only the new ones, a larger batch rewrites) and ``dv-always`` (every
 MERGE with deletion vectors, however large the batch, but the first into an empty table).
-A batch small against the table MERGEs its own lineage edges (``laneway.spark.lineage``):
-``edges-rewrite`` and ``dv-edges-rewrite`` are ``rewrite`` and ``dv`` rewriting every edge
-instead, ``edges-dv`` is ``rewrite`` with deletion vectors on ``lineage_edges``. Each batch's
-line shows the pipeline's phase times (``laneway.spark.batch``'s debug log).
+Each batch's line shows the pipeline's phase times (``laneway.spark.batch``'s debug log).
 ``--variants`` picks some; ``before`` is the default pipeline of another checkout
 (``LANEWAY_BENCH_SPARK_BASELINE``, as in ``bench.spark_bench``), for a change measured side
 by side. The landing runs go first, in a
@@ -39,12 +36,9 @@ from typing import Any
 
 from bench.spark_bench import _pipeline, cli, parse
 
-VARIANTS = ("rewrite", "dv", "dv-always", "edges-rewrite", "dv-edges-rewrite", "edges-dv", "before")
+VARIANTS = ("rewrite", "dv", "dv-always", "before")
 #: the module constants a variant overrides for its runs: (name, value, variants)
-_OVERRIDES = (
-    ("DELETION_VECTORS_SHARE_MAX", float("inf"), ("dv-always",)),
-    ("LINEAGE_MERGE_SHARE_MAX", -1.0, ("edges-rewrite", "dv-edges-rewrite")),
-)
+_OVERRIDES = (("DELETION_VECTORS_SHARE_MAX", float("inf"), ("dv-always",)),)
 
 
 def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> tuple[float, Any]:
@@ -94,15 +88,6 @@ class _Phases(logging.Handler):
         message = record.getMessage()
         if " phases: " in message:
             self.last = message.split(" phases: ", 1)[1]
-
-
-def _enable_edges_deletion_vectors(session: Any, base: Path) -> None:
-    """``edges-dv``: deletion vectors on ``lineage_edges`` too, so a small batch's MERGE of its
-    edges marks the old rows instead of rewriting the files holding them."""
-    from laneway.spark import schema
-
-    path = schema.table_path(base / "warehouse", schema.LINEAGE_EDGES)
-    session.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
 
 def _entities_state(session: Any, base: Path) -> dict[str, Any]:
@@ -167,8 +152,6 @@ def main(argv: list[str]) -> int:
             base = work / variant
             took, res = _run(session, args.bootstrap, topic, base, variant)
             state = _entities_state(session, base)
-            if variant == "edges-dv":
-                _enable_edges_deletion_vectors(session, base)
             print(
                 f"{variant:<8} landed {res.records:,} records in {took:.1f} s ({len(res.batches)} batches); "
                 f"entities: {state['files']} files",

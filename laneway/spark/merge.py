@@ -33,8 +33,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from laneway.spark import lineage, schema
+from laneway.spark import schema
 from laneway.spark.history import _history_suspects, _merge_history
+from laneway.spark.lineage import _write_lineage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,13 +51,7 @@ _MERGE_DV_CONF = "spark.databricks.delta.merge.deletionVectors.persistent"
 DELETION_VECTORS_SHARE_MAX = 0.1
 
 
-def _table_rows(spark: SparkSession, path: str) -> int:
-    """A Delta table's row count, from its file statistics (no data is read; on an object
-    store, one listing of the table's log)."""
-    return spark.read.format("delta").load(path).count()
-
-
-def _deletion_vectors_pay(entities: int, rows: int) -> bool:
+def _deletion_vectors_pay(spark: SparkSession, path: str, entities: int) -> bool:
     """Whether a batch of ``entities`` (its newest rows, one per entity: the rows the MERGE may
     replace, however many records a hot key had) should MERGE into ``entities`` with deletion
     vectors.
@@ -69,7 +64,9 @@ def _deletion_vectors_pay(entities: int, rows: int) -> bool:
     (BENCHMARKS.md, "Spark: session 12"). New entities count too, though a MERGE inserts them
     either way: a batch of mostly new entities rewrites, as without the option.
 
-    ``rows``: the table's rows before the batch (``_table_rows``)."""
+    The row count comes from the table's file statistics (no data is read; on an object store,
+    one listing of the table's log per batch)."""
+    rows = spark.read.format("delta").load(path).count()
     return entities <= DELETION_VECTORS_SHARE_MAX * rows
 
 
@@ -107,8 +104,7 @@ def _merge_entities_then_derived(
     deletion_vectors: bool = False,
 ) -> dict[str, float]:
     """``entities``' MERGE, then ``entity_history``'s append and ``lineage_edges``' rewrite
-    (``_write_lineage``; for a batch small against the table, a MERGE of its own edges:
-    ``_merge_lineage``) side by side. ``deletion_vectors``: the table has them enabled; each
+    (``_write_lineage``) side by side. ``deletion_vectors``: the table has them enabled; each
     batch's MERGE writes them when the batch is small against the table (``_deletion_vectors_pay``).
 
     The order is what keeps ``entity_history`` exactly-once without reading it whole each
@@ -128,31 +124,20 @@ def _merge_entities_then_derived(
     suspects = None if check_all else _history_suspects(spark, paths[schema.ENTITIES], valid, records)
     phases["suspects"] = time.monotonic() - mark
     mark = time.monotonic()
-    # latest is persisted: counting it computes what the MERGE reads next
-    entities, rows = latest.count(), _table_rows(spark, paths[schema.ENTITIES])
     use_dv = None
     if deletion_vectors:
-        use_dv = _deletion_vectors_pay(entities, rows)
+        # latest is persisted: counting it computes what the MERGE reads next
+        use_dv = _deletion_vectors_pay(spark, paths[schema.ENTITIES], latest.count())
         logger.debug("entities MERGE %s deletion vectors", "with" if use_dv else "without")
-    # a small batch MERGEs its own edges when lineage_edges agrees with entities before it: the
-    # run's first batch checks (a crash or an older pipeline may have left them behind)
-    small_lineage = entities <= lineage.LINEAGE_MERGE_SHARE_MAX * rows and (
-        not check_all or lineage._edges_current(spark, paths)
-    )
     _merge_entities(spark, paths[schema.ENTITIES], latest, deletion_vectors=use_dv)
     phases["entities"] = time.monotonic() - mark
     # both read or extend what the MERGE above committed, and touch different tables; every batch
-    # writes the edges: one whose entities' type changed (from lineage) has no lineage record
-    write_lineage = (
-        functools.partial(lineage._merge_lineage, spark, paths, latest.select("entity_id"))
-        if small_lineage
-        else functools.partial(lineage._write_lineage, spark, paths)
-    )
+    # rewrites the edges: one whose entities' type changed (from lineage) has no lineage record
     after: dict[str, Callable[[], dict[str, float] | None]] = {
         "history": functools.partial(
             _merge_history, spark, paths[schema.ENTITY_HISTORY], valid, records, suspects
         ),
-        "lineage": write_lineage,
+        "lineage": functools.partial(_write_lineage, spark, paths),
     }
     phases.update(_run_concurrently(spark, after))
     if suspects:

@@ -259,85 +259,6 @@ def test_lineage_edges_follow_the_entities_rows(
         delete_topic(kafka_admin, topic)
 
 
-def test_small_batches_merge_their_own_edges(
-    spark: Any,
-    kafka_bootstrap: str,
-    kafka_admin: AdminClient,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A batch small against ``entities`` MERGEs its entities' edges (``_merge_lineage``) and
-    leaves the others: an edge is inserted, updated, and removed when its entity becomes a table,
-    is deleted or loses an end, each in a batch of its own; ``lineage_edges`` ends as a rewrite
-    from ``entities`` would leave it."""
-    from delta.tables import DeltaTable
-
-    from laneway.spark import lineage
-    from tests.spark.entities import _record
-
-    # every batch but the run's first MERGEs its edges, however large against the table
-    monkeypatch.setattr(lineage, "LINEAGE_MERGE_SHARE_MAX", float("inf"))
-    ends = {
-        f"lineage:{e}": {"source_id": f"table:db.{e[0]}", "target_id": f"table:db.{e[1]}"}
-        for e in ["ab", "bc", "cd", "de", "ef"]
-    }
-    records = [
-        *(_record(e, "lineage", 1, "create", **ends[e]) for e in sorted(ends)),  # batch 0 rewrites
-        _record("table:db.a", "table", 1, "create"),
-        _record("lineage:ab", "table", 2, "update", **ends["lineage:ab"]),  # now a table
-        _record("lineage:bc", "lineage", 2, "delete", **ends["lineage:bc"]),
-        _record("lineage:cd", "lineage", 2, "update", source_id="table:db.c"),  # no target
-        _record("lineage:de", "lineage", 2, "update", source_id="table:db.d", target_id="table:db.x"),
-        _record("lineage:fg", "lineage", 1, "create", source_id="table:db.f", target_id="table:db.g"),
-        _record(
-            "lineage:de", "lineage", 1, "update", source_id="table:db.d", target_id="table:db.y"
-        ),  # older
-    ]
-    topic = new_topic(kafka_admin, partitions=1)
-    try:
-        produce(kafka_bootstrap, topic, records)
-        settings = settings_under(
-            tmp_path, kafka_bootstrap, topic, max_offsets_per_trigger=1, compact_every=0
-        )
-        result = run_pipeline(settings, spark)
-        assert len(result.batches) == len(records)
-        assert expected_lineage(records) == {
-            "lineage:de": ("table:db.d", "table:db.x"),
-            "lineage:ef": ("table:db.e", "table:db.f"),
-            "lineage:fg": ("table:db.f", "table:db.g"),
-        }
-        assert _lineage(spark, settings.warehouse) == expected_lineage(records)
-        assert entity_state(spark, settings.warehouse) == expected_state(records)
-        edges = DeltaTable.forPath(spark, schema.table_path(settings.warehouse, schema.LINEAGE_EDGES))
-        operations = [r["operation"] for r in edges.history().orderBy("version").collect()]
-        # created, the first batch's rewrite, then MERGEs only (at least one per batch that
-        # changed an edge: insert, update, and the three ways to lose one)
-        assert operations[:2] == ["CREATE TABLE", "WRITE"], operations
-        assert set(operations[2:]) == {"MERGE"} and len(operations[2:]) >= 5, operations
-
-        # a batch cut short after entities committed (made by hand: lineage:ef now a table, its
-        # edge left behind): the next run's first batch rewrites the edges whole
-        entities = schema.table_path(settings.warehouse, schema.ENTITIES)
-        spark.sql(
-            f"UPDATE delta.`{entities}` SET entity_type = 'table', version = 9 WHERE entity_id = 'lineage:ef'"
-        )
-        assert "lineage:ef" in _lineage(spark, settings.warehouse)
-        produce(kafka_bootstrap, topic, [_record("table:db.z", "table", 1, "create")])
-        assert len(run_pipeline(settings, spark).batches) == 1
-        assert edges.history(1).first()["operation"] == "WRITE"
-        assert _lineage(spark, settings.warehouse) == {
-            "lineage:de": ("table:db.d", "table:db.x"),
-            "lineage:fg": ("table:db.f", "table:db.g"),
-        }
-        # edges current again: the next run's first batch MERGEs its own
-        produce(kafka_bootstrap, topic, [_record("lineage:fg", "lineage", 2, "delete")])
-        assert len(run_pipeline(settings, spark).batches) == 1
-        assert edges.history(1).first()["operation"] == "MERGE"
-        assert _lineage(spark, settings.warehouse) == {"lineage:de": ("table:db.d", "table:db.x")}
-    finally:
-        delete_topic(kafka_admin, topic)
-
-
 def test_deletion_vectors_on_an_existing_entities_table(
     spark: Any,
     kafka_bootstrap: str,
@@ -349,12 +270,10 @@ def test_deletion_vectors_on_an_existing_entities_table(
     then write deletion vectors and land the same state, history once per (entity, version)."""
     from delta.tables import DeltaTable
 
-    from laneway.spark import lineage, merge, tables
+    from laneway.spark import merge, tables
 
-    # every batch with them, however large against the table (test_deletion_vectors_for_small_batches),
-    # and every batch but the first MERGEs its own edges: the catalog's deletes and re-creations
+    # every batch with them, however large against the table (test_deletion_vectors_for_small_batches)
     monkeypatch.setattr(merge, "DELETION_VECTORS_SHARE_MAX", float("inf"))
-    monkeypatch.setattr(lineage, "LINEAGE_MERGE_SHARE_MAX", float("inf"))
 
     settings = settings_under(
         tmp_path,

@@ -884,7 +884,9 @@ def sweep(
             print(f"produced {n:,} records over {ids:,} entities on {topic}", flush=True)
         topic, versions = topics[n, entities]
         specs.append(_backlog_spec(bootstrap, topic, n, versions, per_trigger))
-    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
+    # LANEWAY_BENCH_SPARK_CONF="key=value,key=value": Spark settings for a run, to measure one
+    conf = dict(kv.split("=", 1) for kv in os.environ.get("LANEWAY_BENCH_SPARK_CONF", "").split(",") if kv)
+    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep", conf=conf))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))
     names = [*contenders(), *([MERGE_DV] if deletion_vectors else []), *([FLOOR] if floor else [])]
     names = [n for n in names if only is None or n in only]

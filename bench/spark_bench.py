@@ -188,6 +188,7 @@ def run_spark(bootstrap: str, kafka: Any, mode: str, out: Path, log: Any) -> dic
 
     n, entities, per_trigger, repeats = SIZES[mode]
     live_rate, live_seconds = LIVE[mode]
+    kafka.wait_for_groups()  # the pipeline commits its progress to a group: measure once they work
     topic = kafka.topic("spark", 8)
     live_topics = {name: kafka.topic(f"spark-live-{name}", 8) for name in contenders()}
     t0 = time.monotonic()
@@ -871,6 +872,8 @@ def sweep(
     from laneway.spark.session import SessionSettings, build_session
 
     kafka = Kafka(bootstrap)
+    waited = kafka.wait_for_groups()
+    print(f"the broker's group coordinator answers (waited {waited:.1f} s)", flush=True)
     specs = []
     topics: dict[tuple[int, int], tuple[str, dict[str, int]]] = {}
     for n, entities, per_trigger in sizes:
@@ -881,7 +884,9 @@ def sweep(
             print(f"produced {n:,} records over {ids:,} entities on {topic}", flush=True)
         topic, versions = topics[n, entities]
         specs.append(_backlog_spec(bootstrap, topic, n, versions, per_trigger))
-    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep"))
+    # LANEWAY_BENCH_SPARK_CONF="key=value,key=value": Spark settings for a run, to measure one
+    conf = dict(kv.split("=", 1) for kv in os.environ.get("LANEWAY_BENCH_SPARK_CONF", "").split(",") if kv)
+    session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-sweep", conf=conf))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-sweep-"))
     names = [*contenders(), *([MERGE_DV] if deletion_vectors else []), *([FLOOR] if floor else [])]
     names = [n for n in names if only is None or n in only]

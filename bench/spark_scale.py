@@ -15,6 +15,7 @@ Variants: ``rewrite`` (the pipeline's default: a MERGE rewrites every file holdi
 row), ``dv`` (``deletion_vectors=True``: the MERGE of a batch small against the table marks the
 old rows deleted and writes only the new ones, a larger batch rewrites) and ``dv-always`` (every
 MERGE with deletion vectors, however large the batch, but the first into an empty table).
+Each batch's line shows the pipeline's phase times (``laneway.spark.batch``'s debug log).
 ``--variants`` picks some; ``before`` is the default pipeline of another checkout
 (``LANEWAY_BENCH_SPARK_BASELINE``, as in ``bench.spark_bench``), for a change measured side
 by side. The landing runs go first, in a
@@ -25,6 +26,7 @@ the other end: a few thousand of a million.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from typing import Any
 from bench.spark_bench import _pipeline, cli, parse
 
 VARIANTS = ("rewrite", "dv", "dv-always", "before")
+#: the module constants a variant overrides for its runs: (name, value, variants)
+_OVERRIDES = (("DELETION_VECTORS_SHARE_MAX", float("inf"), ("dv-always",)),)
 
 
 def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> tuple[float, Any]:
@@ -42,11 +46,15 @@ def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> 
 
     with _pipeline(session, "merge-before" if variant == "before" else "merge") as pipeline:
         # set where the choice reads it: the module defining it, whatever the checkout's layout
-        owners = [m for m in pipeline.modules.values() if "DELETION_VECTORS_SHARE_MAX" in vars(m)]
-        shares = [m.DELETION_VECTORS_SHARE_MAX for m in owners]
-        if variant == "dv-always":
-            for m in owners:
-                m.DELETION_VECTORS_SHARE_MAX = float("inf")
+        saved = [
+            (m, name, vars(m)[name])
+            for name, value, which in _OVERRIDES
+            if variant in which
+            for m in pipeline.modules.values()
+            if name in vars(m)
+        ]
+        for m, name, _ in saved:
+            setattr(m, name, next(value for n, value, _ in _OVERRIDES if n == name))
         t0 = time.monotonic()
         try:
             res = pipeline.run_pipeline(
@@ -58,15 +66,28 @@ def _run(session: Any, bootstrap: str, topic: str, base: Path, variant: str) -> 
                     max_offsets_per_trigger=250_000,
                     compact_every=0,
                     master="local[2]",
-                    deletion_vectors=variant in ("dv", "dv-always"),
+                    deletion_vectors=variant.startswith("dv"),
                 ),
                 spark=session,
                 metrics=pipeline.PipelineMetrics.create(CollectorRegistry()),
             )
         finally:
-            for m, share in zip(owners, shares, strict=True):
-                m.DELETION_VECTORS_SHARE_MAX = share
+            for m, name, value in saved:
+                setattr(m, name, value)
         return time.monotonic() - t0, res
+
+
+class _Phases(logging.Handler):
+    """Keeps the last batch's phase times (``laneway.spark.batch`` logs them at debug)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if " phases: " in message:
+            self.last = message.split(" phases: ", 1)[1]
 
 
 def _entities_state(session: Any, base: Path) -> dict[str, Any]:
@@ -78,7 +99,9 @@ def _entities_state(session: Any, base: Path) -> dict[str, Any]:
     files = table.detail().select("numFiles").first()[0]
     last = table.history(5).where("operation = 'MERGE'").orderBy("version", ascending=False).first()
     metrics = dict(last["operationMetrics"]) if last is not None else {}
+    edges = DeltaTable.forPath(session, schema.table_path(base / "warehouse", schema.LINEAGE_EDGES))
     return {
+        "edges_operation": edges.history(1).first()["operation"],
         "files": files,
         "rows_updated": int(metrics.get("numTargetRowsUpdated", 0)),
         "rows_copied": int(metrics.get("numTargetRowsCopied", 0)),
@@ -107,7 +130,13 @@ def main(argv: list[str]) -> int:
     from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
 
+    phases = _Phases()
+    batch_logger = logging.getLogger("laneway.spark.batch")
+    batch_logger.addHandler(phases)
+    batch_logger.setLevel(logging.DEBUG)
     kafka = Kafka(args.bootstrap)
+    waited = kafka.wait_for_groups()
+    print(f"the broker's group coordinator answers (waited {waited:.1f} s)", flush=True)
     topic = kafka.topic("spark-scale", 8)
     t0 = time.monotonic()
     versions = produce_entities(args.bootstrap, topic, args.entities, args.entities)
@@ -139,22 +168,34 @@ def main(argv: list[str]) -> int:
                 print(
                     f"batch {k} {variant:<8} {res.records:,} records in {took:.2f} s; entities MERGE: "
                     f"{state['rows_updated']:,} rows updated, {state['rows_copied']:,} copied, files "
-                    f"+{state['files_added']} -{state['files_removed']}, {state['files']} files",
+                    f"+{state['files_added']} -{state['files_removed']}, {state['files']} files; "
+                    f"lineage_edges: {state['edges_operation']}; phases: {phases.last}",
                     flush=True,
                 )
-        # both variants' final state must be the same
-        states = [
-            session.read.format("delta")
-            .load(schema.table_path(work / v / "warehouse", schema.ENTITIES))
-            .selectExpr("count(*) AS n", "sum(version) AS s")
-            .first()
-            for v in variants
-        ]
+
+        # every variant's final state must be the same
+        def digest(v: str, table: schema.TableName, key: str) -> tuple[int, int, int]:
+            row = (
+                session.read.format("delta")
+                .load(schema.table_path(work / v / "warehouse", table))
+                .selectExpr("count(*) AS n", "sum(version) AS s", f"sum(hash({key})) AS h")
+                .first()
+            )
+            return row["n"], row["s"], row["h"]
+
         expected = (len(versions), sum(versions.values()))
-        for v, st in zip(variants, states, strict=True):
-            ok = (st["n"], st["s"]) == expected
+        edges = {
+            v: digest(v, schema.LINEAGE_EDGES, "edge_id, source_id, target_id, version") for v in variants
+        }
+        for v in variants:
+            ok = digest(v, schema.ENTITIES, "entity_id")[:2] == expected
+            same = edges[v] == edges[variants[0]]
             median = statistics.median(times[v])
-            print(f"{v:<8} median {median:.2f} s per batch; entities {'ok' if ok else 'WRONG'}")
+            print(
+                f"{v:<16} median {median:.2f} s per batch ({' '.join(f'{t:.2f}' for t in times[v])}); "
+                f"entities {'ok' if ok else 'WRONG'}; lineage_edges "
+                f"{'as ' + variants[0] if same else 'DIFFERENT from ' + variants[0]} ({edges[v][0]:,} edges)"
+            )
     finally:
         session.stop()
         kafka.delete_all()

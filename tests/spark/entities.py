@@ -164,11 +164,11 @@ def expected_entities(records: Iterable[Record]) -> dict[str, Record]:
 
 
 def expected_lineage(records: Iterable[Record]) -> dict[str, tuple[str, str]]:
-    """edge_id -> (source_id, target_id) of the current, non-deleted lineage entities."""
+    """edge_id -> (source_id, target_id) of the current, non-deleted lineage entities with both ends."""
     return {
         k: (r["source_id"], r["target_id"])
         for k, r in expected_entities(records).items()
-        if r["entity_type"] == "lineage" and not r["deleted"]
+        if r["entity_type"] == "lineage" and not r["deleted"] and r["source_id"] and r["target_id"]
     }
 
 

@@ -53,6 +53,9 @@ __all__ = ["App", "AppSettings"]
 
 logger = logging.getLogger(__name__)
 
+#: the log lines' format on stderr (``App.run`` with no logging set up, and the commands)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 F = TypeVar("F", bound=HandlerFn)
 
 
@@ -419,7 +422,13 @@ class App:
 
         With ``install_signal_handlers`` (on the main thread), the first Ctrl-C or SIGTERM
         shuts down gracefully and a second Ctrl-C exits at once with status 130 (see
-        :mod:`laneway.interrupts`); the handlers before are back when it returns."""
+        :mod:`laneway.interrupts`); the handlers before are back when it returns. A program
+        that set up no logging gets Laneway's INFO lines (start, assignments, commits at a
+        revoke, dead letters) on stderr, and other libraries' warnings."""
+        if not logging.getLogger().handlers:  # a program that set up no logging: Laneway's lines still show
+            logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+            if logging.getLogger("laneway").level == logging.NOTSET:
+                logging.getLogger("laneway").setLevel(logging.INFO)
         guard = graceful_interrupts(self.stop) if install_signal_handlers else contextlib.nullcontext()
         with guard:
             self.start()

@@ -12,10 +12,12 @@ from typing import Annotated, Final
 
 import typer
 
+from laneway.app import LOG_FORMAT
+
 __all__ = ["FORMAT", "LogLevel", "setup_logging"]
 
 #: the log lines' format on stderr
-FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT: Final = LOG_FORMAT
 
 LogLevel = Annotated[str, typer.Option(help="log level of its progress lines: DEBUG, INFO, WARNING, ERROR")]
 

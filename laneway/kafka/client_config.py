@@ -45,6 +45,7 @@ __all__ = [
     "ENV_VAR",
     "FILE_KEYS",
     "active",
+    "file_problem",
     "load_client_config",
     "parse_properties",
     "to_librdkafka",
@@ -295,34 +296,44 @@ FILE_KEYS: Final = (
 _DIRECTORY_OK: Final = frozenset({"ssl.ca.location", "ssl.truststore.location"})
 
 
+def file_problem(key: str, value: object) -> str | None:
+    """What is wrong with the file a file setting names (missing, unreadable, empty, or a
+    directory where a file is needed), as ``<key>: <why>``; None when it can be read, or when
+    ``key`` names no file. librdkafka said only "BIO routines::no such file" or "no certificate
+    or crl found" when the client started, without the file's name. A relative path is read
+    from the current folder, as librdkafka reads it."""
+    if key not in FILE_KEYS or not isinstance(value, str):
+        return None
+    if key == "ssl.ca.location" and value.strip() == "probe":  # librdkafka: the system's CAs
+        return None
+    target = Path(value)
+    shown = value if target.is_absolute() else f"{value} (from {Path.cwd()})"
+    why = None
+    try:
+        if not value.strip():
+            why = "empty: name the file, or remove the setting"
+        elif target.is_dir():
+            if key not in _DIRECTORY_OK:
+                why = f"{shown} is a directory, not a file"
+            elif not os.access(target, os.R_OK | os.X_OK):
+                why = f"cannot read {shown}: Permission denied"
+        else:
+            with target.open("rb") as f:
+                if not f.read(1):
+                    why = f"{shown} is empty"
+    except FileNotFoundError:
+        why = f"no such file: {shown}"
+    except OSError as exc:
+        why = f"cannot read {shown}: {exc.strerror or type(exc).__name__}"
+    return f"{key}: {why}" if why else None
+
+
 def _file_problem(path: Path, parsed: Mapping[str, tuple[str, int]]) -> str | None:
-    """The first file setting of the properties file at ``path`` whose file is missing or
-    unreadable, as ``<file> line N: <key>: <why>``; None when every one can be read. librdkafka
-    said only "BIO routines::no such file" or similar when the client started, without the
-    file's name. A relative path is read from the current folder, as librdkafka reads it."""
+    """The first file setting of the properties file at ``path`` whose file cannot be used
+    (:func:`file_problem`), as ``<file> line N: <key>: <why>``; None when every one can."""
     for key, (value, line) in sorted(parsed.items(), key=lambda item: item[1][1]):
-        if key not in FILE_KEYS:
-            continue
-        if key == "ssl.ca.location" and value.strip() == "probe":  # librdkafka: the system's CAs
-            continue
-        target = Path(value)
-        shown = value if target.is_absolute() else f"{value} (from {Path.cwd()})"
-        why = None
-        try:
-            if target.is_dir():
-                if key not in _DIRECTORY_OK:
-                    why = f"{shown} is a directory, not a file"
-                elif not os.access(target, os.R_OK | os.X_OK):
-                    why = f"cannot read {shown}: Permission denied"
-            else:
-                with target.open("rb"):
-                    pass
-        except FileNotFoundError:
-            why = f"no such file: {shown}"
-        except OSError as exc:
-            why = f"cannot read {shown}: {exc.strerror or type(exc).__name__}"
-        if why:
-            return f"{path} line {line}: {key}: {why}"
+        if why := file_problem(key, value):
+            return f"{path} line {line}: {why}"
     return None
 
 

@@ -398,3 +398,30 @@ def test_a_refused_key_is_one_line_naming_the_file_and_exit_2(tmp_path: Path) ->
     assert result.stderr.strip().splitlines() == [
         f'error: client_config: {f} line 3: No such configuration property: "sasl.mechansim"'
     ]
+
+
+def test_an_empty_certificate_file_names_its_file_line_and_setting(tmp_path: Path) -> None:
+    """librdkafka said "ssl.ca.location failed: ... no certificate or crl found" at the first
+    client's start, without the file."""
+    empty = tmp_path / "ca.pem"
+    empty.write_text("")
+    f = tmp_path / "client.properties"
+    f.write_text(f"security.protocol=SSL\nssl.ca.location={empty}\n")
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(f)
+    assert f"{f} line 2: ssl.ca.location: {empty} is empty" in str(info.value)
+    f.write_text("security.protocol=SSL\nssl.ca.location=\n")
+    with pytest.raises(ConfigError, match=r"line 2: ssl\.ca\.location: empty"):
+        cc.load_client_config(f)
+
+
+def test_kafka_config_naming_a_missing_or_empty_file_is_refused_when_the_app_is_built(tmp_path: Path) -> None:
+    from laneway import App
+
+    empty = tmp_path / "ca.pem"
+    empty.write_text("")
+    for value, said in ((str(tmp_path / "nope.pem"), "no such file"), (str(empty), "is empty")):
+        with pytest.raises(ConfigError) as info:
+            App("t", bootstrap_servers="127.0.0.1:1", kafka_config={"ssl.ca.location": value})
+        assert "kafka_config" in str(info.value) and "ssl.ca.location: " in str(info.value)
+        assert said in str(info.value) and value in str(info.value)

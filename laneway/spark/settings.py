@@ -130,6 +130,11 @@ def master_problem(master: str) -> str | None:
     """Why Spark would refuse ``master`` as a master URL, or None when it takes it: found
     before a JVM starts (Spark's refusal is a py4j stack trace)."""
     if any(form.fullmatch(master) for form in _MASTERS):
+        ports = (
+            [int(p) for p in re.findall(r":([0-9]+)(?=,|$)", master)] if master.startswith("spark://") else []
+        )
+        if bad := [p for p in ports if not 0 < p < 65536]:
+            return f"{master!r}: port {bad[0]} is not a port (1-65535)"
         return None
     if master.startswith("mesos://"):
         return f"{master!r}: Spark 4 has no Mesos support; use {MASTER_FORMS}"
@@ -140,8 +145,9 @@ def starting_offsets_problem(offsets: str, topic: str) -> str | None:
     """Why Spark's Kafka source would refuse ``offsets`` as ``startingOffsets`` for ``topic``,
     or None: ``earliest``, ``latest``, or a JSON object of the topic's partitions and offsets,
     ``{"orders": {"0": 42, "1": -2}}`` (-2: earliest, -1: latest). Spark wants every partition
-    of the topic named; the partition count is the broker's to say (see :func:`offsets_partitions`)."""
-    if offsets in ("earliest", "latest"):
+    of the topic named; the partition count is the broker's to say (see :func:`offsets_partitions`).
+    ``earliest`` and ``latest`` are taken in any case, as Spark takes them."""
+    if offsets.strip().lower() in ("earliest", "latest"):
         return None
     example = f'earliest, latest or JSON like {{"{topic}": {{"0": 42, "1": -2}}}} (-2: earliest, -1: latest)'
     try:
@@ -169,7 +175,7 @@ def starting_offsets_problem(offsets: str, topic: str) -> str | None:
 def offsets_partitions(offsets: str) -> set[int] | None:
     """The partitions a JSON ``startingOffsets`` names (None for ``earliest``/``latest``); for an
     ``offsets`` :func:`starting_offsets_problem` takes."""
-    if offsets in ("earliest", "latest"):
+    if offsets.strip().lower() in ("earliest", "latest"):
         return None
     parsed: dict[str, dict[str, int]] = json.loads(offsets)
     return {int(p) for by_partition in parsed.values() for p in by_partition}

@@ -167,3 +167,12 @@ def test_the_session_refuses_a_bad_master() -> None:
 
     with pytest.raises(ConfigError, match=r"SessionSettings.master: 'local\[\*' is not a Spark master URL"):
         SessionSettings(master="local[*")
+
+
+def test_a_spark_master_port_out_of_range_and_earliest_in_capitals() -> None:
+    from laneway.spark.settings import master_problem, offsets_partitions, starting_offsets_problem
+
+    assert "port 70000 is not a port" in (master_problem("spark://h:70000") or "")
+    assert "port 0 " in (master_problem("spark://a:7077,b:0") or "")
+    assert master_problem("spark://a:7077,b:7078") is None
+    assert starting_offsets_problem("EARLIEST", "t") is None and offsets_partitions(" Latest") is None

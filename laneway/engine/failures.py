@@ -205,15 +205,22 @@ class FailurePaths:
             self.halt(error)
             return
         self.metrics.dead_lettered(ev.topic, reason)
-        self._letters_log.warning(
-            topic,
-            "dead-lettered %r to %s after %d attempt(s): %s: %s",
-            ev,
-            topic,
-            ev.attempt,
-            type(cause).__name__,
-            cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
-        )
+        if reason == "deserialize":
+            self._letters_log.warning(
+                topic,
+                "dead-lettered %r to %s: its value could not be deserialized (the handler never ran): %s: %s",
+                *(ev, topic, type(cause).__name__, cut(str(cause))),
+            )
+        else:
+            self._letters_log.warning(
+                topic,
+                "dead-lettered %r to %s after %d attempt(s): %s: %s",
+                ev,
+                topic,
+                ev.attempt,
+                type(cause).__name__,
+                cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
+            )
         more = self.table.finish([(lane, ev, state)])
         if not self.closed:
             for nxt in more:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -196,8 +197,9 @@ def test_base_exceptions_from_handlers_are_dead_lettered(
 
 
 def test_undeserializable_goes_straight_to_dead_letters(
-    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="laneway")
     payloads: list[object] = []
     spec = HandlerSpec(topic="t", fn=lambda ev: payloads.append(ev.payload), deserializer=orjson.loads)
     proc, sink = make(spec, partitions=1)
@@ -208,6 +210,8 @@ def test_undeserializable_goes_straight_to_dead_letters(
     assert payloads == [{"v": 1}, 2]
     [(ev, err, reason, _)] = sink.sent
     assert ev.offset == 1 and reason == "deserialize" and isinstance(err, orjson.JSONDecodeError)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dead-lettered")]
+    assert "could not be deserialized (the handler never ran): JSONDecodeError" in line
 
 
 def test_under_halt_an_undeserializable_value_halts_at_once_without_a_dead_letter(

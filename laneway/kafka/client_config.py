@@ -133,8 +133,9 @@ def parse_properties(text: str) -> dict[str, str]:
     return {key: value for key, (value, _) in _parse(text).items()}
 
 
-def _parse(text: str) -> dict[str, tuple[str, int]]:
-    """:func:`parse_properties` with the number of the line each key's value came from."""
+def _parse(text: str, repeated: list[tuple[str, int, int]] | None = None) -> dict[str, tuple[str, int]]:
+    """:func:`parse_properties` with the number of the line each key's value came from; a key
+    set again goes into ``repeated`` as (key, its first line, the later one)."""
     out: dict[str, tuple[str, int]] = {}
     for number, line in _logical_lines(text):
         i = 0
@@ -149,7 +150,10 @@ def _parse(text: str) -> dict[str, tuple[str, int]]:
         key, rest = line[:i], line[i:].lstrip(" \t\f")
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
-        out[_unescape(key)] = (_unescape(rest), number)
+        name = _unescape(key)
+        if repeated is not None and name in out:
+            repeated.append((name, out[name][1], number))
+        out[name] = (_unescape(rest), number)
     return out
 
 
@@ -265,7 +269,11 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError(_FIELD, f"cannot read {p}: {why}") from None
-    parsed = _parse(text)
+    repeated: list[tuple[str, int, int]] = []
+    parsed = _parse(text, repeated)
+    if repeated:  # Java keeps the last one silently: almost always an edit that went wrong
+        key, first, again = repeated[0]
+        raise ConfigError(_FIELD, f"{p} line {again}: {key} is set again (first on line {first}): keep one")
     props = {key: value for key, (value, _) in parsed.items()}
     try:
         settings = to_librdkafka(props)

@@ -425,3 +425,13 @@ def test_kafka_config_naming_a_missing_or_empty_file_is_refused_when_the_app_is_
             App("t", bootstrap_servers="127.0.0.1:1", kafka_config={"ssl.ca.location": value})
         assert "kafka_config" in str(info.value) and "ssl.ca.location: " in str(info.value)
         assert said in str(info.value) and value in str(info.value)
+
+
+def test_a_key_set_twice_in_a_properties_file_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    f.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n# later edit\nsasl.mechanism=SCRAM-SHA-512\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(f)
+    assert f"{f} line 4: sasl.mechanism is set again (first on line 2)" in str(info.value)

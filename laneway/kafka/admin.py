@@ -50,6 +50,7 @@ __all__ = [
     "UnknownGroupError",
     "UnknownTopicError",
     "check_new_topic",
+    "cleanup_policy_of",
     "client_config",
     "client_logger",
     "connect",
@@ -285,10 +286,19 @@ def check_new_topic(
             f"--retention must be a positive duration (14d, 12h, 500ms), or -1 (forever) for no time "
             f"limit (Kafka's retention.ms=-1); got {retention_ms} ms"
         )
-    if cleanup_policy not in ("delete", "compact", "compact,delete"):
+    if cleanup_policy_of(cleanup_policy) is None:
         raise InvalidInputError(
             f"unknown cleanup policy {cleanup_policy!r} (delete, compact, compact,delete)"
         )
+
+
+def cleanup_policy_of(text: str) -> CleanupPolicy | None:
+    """Kafka's ``cleanup.policy`` for ``text`` (``delete,compact`` is ``compact,delete``: Kafka
+    takes either order), or None when it is none of them."""
+    parts = sorted(p.strip() for p in text.split(","))
+    if parts == ["delete"] or parts == ["compact"]:
+        return "delete" if parts == ["delete"] else "compact"
+    return "compact,delete" if parts == ["compact", "delete"] else None
 
 
 def create_topic(

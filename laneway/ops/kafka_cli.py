@@ -83,6 +83,10 @@ def topics_create(
             )
     retention_ms = parse_duration(retention) if retention is not None else ka.DEFAULT_RETENTION_MS
     segment = parse_size(segment_size) if segment_size else None
+    if segment is not None and segment < 1024 * 1024:  # Kafka's least segment.bytes (1 MiB)
+        raise common.fail(
+            f"--segment-size must be at least 1MiB (Kafka's least segment.bytes), got {segment_size}"
+        )
     ka.check_new_topic(  # before connecting: what no cluster takes is one line without one
         name,
         partitions=partitions,
@@ -98,7 +102,7 @@ def topics_create(
         replication=replication,
         retention_ms=retention_ms,
         segment_bytes=segment,
-        cleanup_policy=cleanup_policy or "delete",  # type: ignore[arg-type]  # validated by create_topic
+        cleanup_policy=ka.cleanup_policy_of(cleanup_policy or "delete") or "delete",  # checked above
         config=extra,
     )
     if json:

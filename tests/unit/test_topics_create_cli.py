@@ -92,6 +92,10 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
         # the first value was dropped without a word
         (["-c", "max.message.bytes=1000", "--config", "max.message.bytes=2000"], "given twice"),
         (["-c", "min.insync.replicas=2", "-c", "min.insync.replicas=2"], "min.insync.replicas given twice"),
+        # refused by the broker only, after connecting
+        (["--segment-size", "0"], "--segment-size must be at least 1MiB"),
+        (["--segment-size", "512KiB"], "--segment-size must be at least 1MiB"),
+        (["--cleanup-policy", "delete,delete"], "unknown cleanup policy"),
     ],
 )
 def test_what_no_cluster_takes_is_refused_before_connecting(
@@ -126,3 +130,11 @@ def test_the_help_says_the_defaults_of_the_options_without_one() -> None:
         "[default: 14d]" in lines["--retention"] and "-1 or 'forever': no time limit" in lines["--retention"]
     )
     assert "[default: delete]" in lines["--cleanup-policy"]
+
+
+@pytest.mark.parametrize("policy", ["compact,delete", "delete,compact", "delete, compact"])
+def test_both_cleanup_policies_are_taken_in_either_order(admin: FakeAdmin, policy: str) -> None:
+    """Kafka takes ``cleanup.policy`` in either order; ``delete,compact`` was refused."""
+    result = _create("--cleanup-policy", policy)
+    assert result.exit_code == 0, result.output
+    assert admin.topics == {"orders": 1}

@@ -303,7 +303,7 @@ class PipelineSettings:
             errors.append(("compact_every", f"must be >= 0, got {self.compact_every}"))
         if self.master.strip() and (problem := master_problem(self.master)):
             errors.append(("master", problem))
-        elif not local_master(self.master):
+        elif self.master.strip() and not local_master(self.master):
             for name in ("warehouse", "checkpoint"):
                 path = str(getattr(self, name))
                 problem = shared_path_problem(path) if path.strip() else None

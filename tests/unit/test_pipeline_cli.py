@@ -176,3 +176,14 @@ def test_a_spark_master_port_out_of_range_and_earliest_in_capitals() -> None:
     assert "port 0 " in (master_problem("spark://a:7077,b:0") or "")
     assert master_problem("spark://a:7077,b:7078") is None
     assert starting_offsets_problem("EARLIEST", "t") is None and offsets_partitions(" Latest") is None
+
+
+def test_an_empty_master_is_one_line_not_also_the_relative_warehouses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--master ''`` said the master was empty, and then that the relative warehouse would
+    not do "with master ''"."""
+    monkeypatch.chdir(tmp_path)
+    code, lines = _invoke(["--master", "", "--warehouse", "catalog"])
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0] == "error: --master: must not be empty", lines

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
-from laneway.kafka.client_config import file_problem
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -159,9 +158,6 @@ class AppSettings(BaseModel):
         for key, why in RESERVED_KAFKA_KEYS.items():
             if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
                 raise ValueError(f"{key!r} is Laneway's to set: {why}")
-        for key, value in v.items():
-            if problem := file_problem(key, value):
-                raise ValueError(problem)
         return v
 
     @field_validator("consumers", "concurrency", mode="before")

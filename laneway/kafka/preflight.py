@@ -16,6 +16,7 @@ from laneway.engine.handlers import HandlerSpec
 from laneway.errors import ConfigError
 from laneway.kafka import access, secrets
 from laneway.kafka.access import ErrorWatch
+from laneway.kafka.client_config import file_problem
 
 __all__ = ["preflight"]
 
@@ -33,6 +34,10 @@ def preflight(
     fault: settings librdkafka refuses, no broker within ``timeout``, access the ACLs deny (a
     topic, a dead-letter topic, the group), a missing topic or dead-letter topic."""
     handlers = list(handlers)
+    for field, settings in (("kafka_config", client_config), ("producer_config", producer_config)):
+        for key, value in settings.items():  # librdkafka's text would not name the file
+            if problem := file_problem(key, value):
+                raise ConfigError(field, problem)
     quiet = logging.getLogger("laneway.app.check")
     quiet.setLevel(logging.CRITICAL)  # connection-refused lines while probing say nothing new
     field = "kafka_config"

@@ -52,6 +52,8 @@ def _write_problem(folder: Path) -> str | None:
     """Why ``folder`` cannot be created and written to, or None when it can. The folders the
     check creates are removed again: the run creates them itself."""
     missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    if not_folder := next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None):
+        return f"{not_folder} is a file, not a folder"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".laneway-write-check-")

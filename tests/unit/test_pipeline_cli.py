@@ -41,6 +41,10 @@ def test_a_file_in_place_of_the_checkpoint_folder_is_named(tmp_path: Path) -> No
     code, lines = _invoke(["--warehouse", str(tmp_path / "wh"), "--checkpoint", str(blocker / "cp")])
     assert code == 2, lines
     assert len(lines) == 1 and f"--checkpoint: cannot create and write to {blocker / 'cp'}" in lines[0]
+    assert f"({blocker} is a file, not a folder)" in lines[0]  # it said "(File exists)"
+    code, lines = _invoke(["--warehouse", str(blocker)])
+    assert code == 2 and len(lines) == 1, lines
+    assert f"--warehouse: cannot create and write to {blocker} ({blocker} is a file, not" in lines[0]
 
 
 def test_the_write_check_leaves_no_folder_behind(tmp_path: Path) -> None:

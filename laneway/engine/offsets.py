@@ -79,8 +79,8 @@ class OffsetTracker:
             self._head = head + 1
             if self._done and head + 1 < len(all_) and all_[head + 1] in self._done:
                 self._drain()
-            elif head + 1 >= _COMPACT:
-                self._compact()
+            elif head + 1 >= _COMPACT and 2 * (head + 1) >= len(all_):
+                self._compact()  # (checked here: done() runs per record on the lanes' path)
         else:
             self._done.add(offset)
 

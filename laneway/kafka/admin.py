@@ -270,11 +270,12 @@ def check_new_topic(
     replication: int = 1,
     retention_ms: int = DEFAULT_RETENTION_MS,
     cleanup_policy: str = "delete",
+    segment_bytes: int | None = None,
 ) -> None:
     """An :class:`InvalidInputError` for what no cluster could take, found without one: the
-    name, fewer than one partition or replica, a cleanup policy Kafka does not have, and a
-    retention that is neither positive nor -1 (Kafka's ``retention.ms=-1``: no time limit;
-    0 has no documented meaning)."""
+    name, fewer than one partition or replica, a cleanup policy Kafka does not have, a segment
+    under Kafka's least ``segment.bytes`` (1 MiB), and a retention that is neither positive nor
+    -1 (Kafka's ``retention.ms=-1``: no time limit; 0 has no documented meaning)."""
     if not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise InvalidInputError(f"invalid topic name {name!r} (letters, digits, '.', '_', '-'; at most 249)")
     if partitions < 1:
@@ -285,6 +286,10 @@ def check_new_topic(
         raise InvalidInputError(
             f"--retention must be a positive duration (14d, 12h, 500ms), or -1 (forever) for no time "
             f"limit (Kafka's retention.ms=-1); got {retention_ms} ms"
+        )
+    if segment_bytes is not None and segment_bytes < 1024 * 1024:
+        raise InvalidInputError(
+            f"--segment-size must be at least 1MiB (Kafka's least segment.bytes), got {segment_bytes} bytes"
         )
     if cleanup_policy_of(cleanup_policy) is None:
         raise InvalidInputError(
@@ -321,6 +326,7 @@ def create_topic(
         replication=replication,
         retention_ms=retention_ms,
         cleanup_policy=cleanup_policy,
+        segment_bytes=segment_bytes,
     )
     brokers = len(admin.list_topics(timeout=10).brokers)
     if replication > brokers:

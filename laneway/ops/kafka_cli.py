@@ -83,16 +83,13 @@ def topics_create(
             )
     retention_ms = parse_duration(retention) if retention is not None else ka.DEFAULT_RETENTION_MS
     segment = parse_size(segment_size) if segment_size else None
-    if segment is not None and segment < 1024 * 1024:  # Kafka's least segment.bytes (1 MiB)
-        raise common.fail(
-            f"--segment-size must be at least 1MiB (Kafka's least segment.bytes), got {segment_size}"
-        )
     ka.check_new_topic(  # before connecting: what no cluster takes is one line without one
         name,
         partitions=partitions,
         replication=replication,
         retention_ms=retention_ms,
         cleanup_policy=cleanup_policy or "delete",
+        segment_bytes=segment,
     )
     _, admin = common.connect(bootstrap)
     desc = ka.create_topic(

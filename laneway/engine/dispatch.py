@@ -11,12 +11,13 @@ import threading
 import time
 
 from laneway.engine import cost as _cost
+from laneway.engine.aio import AsyncPool
 from laneway.engine.cost import CostModel
 from laneway.engine.failures import FailurePaths
 from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import Head, Lane
 from laneway.engine.timer import Timer
-from laneway.engine.workers import AsyncPool, ThreadPool
+from laneway.engine.workers import ThreadPool
 
 __all__ = ["Dispatching"]
 

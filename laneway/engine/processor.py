@@ -7,7 +7,7 @@ It is the facade over the engine's parts (see docs/internals.md):
 * :mod:`~laneway.engine.direct`: cheap handlers run on the submitting thread;
 * :mod:`~laneway.engine.dispatch`: lanes to their pools, inline, or parked on the timer;
 * :mod:`~laneway.engine.cost`: the cost model that sizes chunks and pools;
-* :mod:`~laneway.engine.workers`: the thread pool, the asyncio pool and their monitor;
+* :mod:`~laneway.engine.workers` and :mod:`~laneway.engine.aio`: the thread pool and the asyncio pool;
 * :mod:`~laneway.engine.outcomes`: retry, dead letter or halt after a failure.
 
 Thread model:
@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from laneway.engine.aio import AsyncPool, EventLoop, loop_factory
 from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_direct
 from laneway.engine.dispatch import Dispatching
@@ -38,7 +39,7 @@ from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
 from laneway.engine.partitions import Commits, Ledger, PartitionState, PartitionStatus
 from laneway.engine.timer import Timer
-from laneway.engine.workers import AsyncPool, EventLoop, ThreadPool, loop_factory
+from laneway.engine.workers import ThreadPool
 from laneway.errors import ConfigError, EngineStopped
 
 __all__ = ["EventLoop", "PartitionState", "Processor"]

@@ -11,10 +11,13 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Literal
 
 from laneway.engine.chunks import ChunkRun, Engine, keep_committing
+from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec
 from laneway.engine.lanes import Lane
 from laneway.engine.monitor import Monitor
 from laneway.engine.outcomes import deserialize
@@ -28,6 +31,61 @@ EventLoop = Literal["auto", "asyncio", "uvloop"]
 logger = logging.getLogger("laneway.engine.processor")
 
 
+#: a one-lane run's measurements are folded into the cost model and the metrics every this many
+#: events of a topic, at the loop's half-second beat and at close (a call of each per event was
+#: a tenth of the loop's time at 5 ms of I/O per event)
+TALLY_EVERY = 64
+
+
+class _Tally:
+    """One topic's one-lane runs since the last fold: events run, handler seconds, each
+    success's seconds, and a success's timestamp with when it was done (for the event-time
+    sample)."""
+
+    __slots__ = ("busy", "done_at", "events", "timestamp_ms", "took")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.busy = 0.0
+        self.took: list[float] = []
+        self.timestamp_ms = 0
+        self.done_at = 0.0
+
+
+class _Ready:
+    """The async workers' line of chunks: a deque, and the futures of the workers waiting for one
+    (an asyncio.Queue without what no one here uses: a bound, ``join``, a count of tasks done).
+    Used on the loop's thread only."""
+
+    __slots__ = ("items", "waiters")
+
+    def __init__(self) -> None:
+        self.items: deque[list[Lane] | None] = deque()
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    def put(self, chunk: list[Lane] | None) -> None:
+        self.items.append(chunk)
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def get(self) -> list[Lane] | None:
+        items = self.items
+        while not items:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and items:  # woken, then cancelled: wake another for the chunk
+                    self.put(items.popleft())
+                raise
+        return items.popleft()
+
+
 class AsyncPool:
     """``concurrency`` tasks on one event loop, on a thread of its own."""
 
@@ -36,6 +94,7 @@ class AsyncPool:
         "_engine",
         "_monitor",
         "_new_loop",
+        "_tallies",
         "aready",
         "aturns",
         "heartbeat",
@@ -56,7 +115,7 @@ class AsyncPool:
         self._new_loop = new_loop
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_ident: int | None = None
-        self.aready: asyncio.Queue[list[Lane] | None] | None = None
+        self.aready: _Ready | None = None
         #: chunks the async workers have started: a worker that finds it moved during its own
         #: chunk was suspended meanwhile (one loop thread runs them all; see _worker)
         self.aturns = 0
@@ -64,6 +123,7 @@ class AsyncPool:
         #: time.sleep in it) stops the loop and this with it
         self.heartbeat: float | None = None
         self.thread: threading.Thread | None = None
+        self._tallies: dict[str, _Tally] = {}
 
     def start(self) -> None:
         started = threading.Event()
@@ -76,7 +136,7 @@ class AsyncPool:
         assert loop is not None and aready is not None
         if threading.get_ident() == self.loop_ident:
             for chunk in chunks:
-                aready.put_nowait(chunk)
+                aready.put(chunk)
         else:
             loop.call_soon_threadsafe(_put_all, aready, chunks)
 
@@ -85,11 +145,12 @@ class AsyncPool:
         asyncio.set_event_loop(loop)
         self.loop = loop
         self.loop_ident = threading.get_ident()
-        self.aready = asyncio.Queue()
+        self.aready = _Ready()
         workers = [loop.create_task(self._worker()) for _ in range(self._concurrency)]
 
         def beat() -> None:
             self.heartbeat = time.monotonic()
+            self.fold()
             if not self._engine.closed:
                 loop.call_later(0.5, beat)
 
@@ -98,20 +159,22 @@ class AsyncPool:
         try:
             loop.run_until_complete(asyncio.gather(*workers))
         finally:
+            self.fold()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
     async def _worker(self) -> None:
         assert self.aready is not None
         aready = self.aready
+        waiting = aready.items
         while True:
-            chunk = await aready.get()
+            chunk = waiting.popleft() if waiting else await aready.get()
             if chunk is None:
                 return
             while chunk:
                 self.aturns += 1
                 turn = self.aturns
-                more = await self.run_chunk(chunk)
+                more = await (self.run_lane(chunk[0]) if len(chunk) == 1 else self.run_chunk(chunk))
                 if not more:
                     break
                 # let the loop take in what the source submitted before this lane's next turn;
@@ -119,11 +182,89 @@ class AsyncPool:
                 # (an I/O handler, at each await): a turn of the loop per event cost it ~8%
                 if self.aturns == turn:
                     await asyncio.sleep(0)
-                if not aready.empty():
-                    more = keep_committing(more, aready.put_nowait)
+                if waiting:
+                    more = keep_committing(more, aready.put)
                     if not more:
                         break
                 chunk = more
+
+    async def _call(self, spec: HandlerSpec, ev: Event) -> BaseException | None:
+        """One attempt of the handler on ``ev``: None, or what it raised. The exception is returned
+        from its ``except`` clause, so no local here refers to it (see ChunkRun.carry_out)."""
+        limit: asyncio.Timeout | None = None
+        try:
+            if spec.deserializer is not None and ev.attempt == 1:
+                ev.payload = deserialize(spec, ev)
+            if spec.timeout is None:
+                await spec.fn(ev)
+            else:
+                # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
+                # another, whose KeyboardInterrupt/SystemExit escape the loop)
+                async with asyncio.timeout(spec.timeout) as limit:
+                    await spec.fn(ev)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this worker is being cancelled
+            return exc  # the handler's own CancelledError: a failure like any other
+        except TimeoutError as exc:
+            # the handler's own (a socket's, a client's) too: a failure like any other
+            if limit is not None and limit.expired():
+                self._engine.metrics.stuck(ev.topic)
+                logger.warning("handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev)
+            return exc
+        except BaseException as exc:
+            return exc
+        return None
+
+    async def run_lane(self, lane: Lane) -> list[Lane]:
+        """:meth:`run_chunk` for a chunk of one lane (a slow handler's, as I/O is): its head runs
+        without a :class:`ChunkRun`, and its measurements go to the topic's tally (see
+        :data:`TALLY_EVERY`). Returns the lane when it has more to run."""
+        engine = self._engine
+        heads = engine.table.take_heads([lane])
+        if not heads:
+            return []
+        head = heads[0]
+        ev, state = head[1], head[2]
+        if engine.fatal is not None:
+            engine.table.release([state])
+            return []
+        if ev.outputs is not None:
+            ev.outputs = None  # what a failed attempt emitted is discarded
+        spec = lane.spec
+        t0 = time.perf_counter()
+        err = await self._call(spec, ev)
+        took = time.perf_counter() - t0
+        tally = self._tallies.get(spec.topic)
+        if tally is None:
+            tally = self._tallies[spec.topic] = _Tally()
+        tally.events += 1
+        tally.busy += took
+        if err is not None:
+            engine.after_failures([(lane, ev, state, err)], True)
+            more: list[Lane] = []
+        else:
+            tally.took.append(took)
+            if not tally.timestamp_ms:
+                tally.timestamp_ms, tally.done_at = ev.timestamp_ms, time.time()
+            more = engine.table.finish([head])
+        if tally.events >= TALLY_EVERY:
+            self.fold()
+        return engine.continue_(more) if more and spec.delay is not None else more
+
+    def fold(self) -> None:
+        """Fold the one-lane runs' tallies into the cost model and the metrics (on the loop)."""
+        engine, tallies = self._engine, self._tallies
+        if not tallies:
+            return
+        self._tallies = {}
+        for topic, tally in tallies.items():
+            engine.cost.learn(topic, tally.events, tally.busy)
+            if tally.took:
+                # the sample's age as it was when it was done, not now
+                stamp = tally.timestamp_ms + (time.time() - tally.done_at) * 1000 if tally.timestamp_ms else 0
+                engine.metrics.processed(topic, tally.took, int(stamp))
 
     async def run_chunk(self, chunk: list[Lane]) -> list[Lane]:
         """:meth:`ThreadPool.run_chunk` for ``async def`` handlers, on the event loop."""
@@ -134,34 +275,9 @@ class AsyncPool:
         run = ChunkRun(engine, self._monitor, heads)
         try:
             while (item := run.next()) is not None:
-                ev, spec = item[1], item[0].spec
                 t0 = run.start()
-                err: BaseException | None = None
-                limit: asyncio.Timeout | None = None
-                try:
-                    if spec.deserializer is not None and ev.attempt == 1:
-                        ev.payload = deserialize(spec, ev)
-                    if spec.timeout is None:
-                        await spec.fn(ev)
-                    else:
-                        # asyncio.timeout keeps the handler in this task (wait_for would wrap it in
-                        # another, whose KeyboardInterrupt/SystemExit escape the loop)
-                        async with asyncio.timeout(spec.timeout) as limit:
-                            await spec.fn(ev)
-                except asyncio.CancelledError as exc:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        raise  # this worker is being cancelled
-                    err = exc  # the handler's own CancelledError: a failure like any other
-                except TimeoutError as exc:
-                    err = exc  # the handler's own (a socket's, a client's): a failure like any other
-                    if limit is not None and limit.expired():
-                        engine.metrics.stuck(ev.topic)
-                        logger.warning("handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev)
-                except BaseException as exc:
-                    err = exc
+                err = await self._call(item[0].spec, item[1])
                 run.end(item, t0, err)
-                err = None  # (see ChunkRun.carry_out)
         finally:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
@@ -174,7 +290,7 @@ class AsyncPool:
         if self.loop is not None and self.aready is not None:
             aready = self.aready
             for _ in range(self._concurrency):
-                self.loop.call_soon_threadsafe(aready.put_nowait, None)
+                self.loop.call_soon_threadsafe(aready.put, None)
             if self.thread is not None:
                 self.thread.join(max(0.1, deadline - time.monotonic()))
 
@@ -195,6 +311,6 @@ def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
     return asyncio.new_event_loop
 
 
-def _put_all(aready: asyncio.Queue[list[Lane] | None], chunks: Iterable[list[Lane]]) -> None:
+def _put_all(aready: _Ready, chunks: Iterable[list[Lane]]) -> None:
     for chunk in chunks:
-        aready.put_nowait(chunk)
+        aready.put(chunk)

@@ -3,6 +3,7 @@ keeps alive."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import weakref
@@ -77,10 +78,11 @@ def no_gc() -> Iterator[None]:
         gc.enable()
 
 
-@pytest.mark.parametrize("timeout", [None, 5.0], ids=["direct", "workers"])
-def test_a_failed_event_and_its_batch_are_freed_without_the_collector(
-    no_gc: None, timeout: float | None
-) -> None:
+@pytest.mark.parametrize(
+    "kind",
+    ["direct", "workers", "async-chunks", "async-one-lane"],
+)
+def test_a_failed_event_and_its_batch_are_freed_without_the_collector(no_gc: None, kind: str) -> None:
     """Once its letter's exception is dropped, a dead-lettered event's batch is freed by
     reference counting alone (the collector is off): no cycle between the event and the
     exception, whose traceback holds the handler's frame and through it the engine's, with
@@ -101,11 +103,18 @@ def test_a_failed_event_and_its_batch_are_freed_without_the_collector(
         if ev.payload.value == b"bad":
             raise ValueError("poison")
 
+    async def ahandle(ev: Event) -> None:
+        # past the chunk budget, each chunk is one lane (AsyncPool.run_lane); else many (run_chunk)
+        await asyncio.sleep(0.002 if kind == "async-one-lane" else 0)
+        handle(ev)
+
+    fn = ahandle if kind.startswith("async") else handle
+    timeout = 5.0 if kind == "workers" else None
     sink = Sink()
     proc = Processor(
         {
             "t": HandlerSpec(
-                topic="t", fn=handle, retry=Retry(max_attempts=1), deserializer=deserialize, timeout=timeout
+                topic="t", fn=fn, retry=Retry(max_attempts=1), deserializer=deserialize, timeout=timeout
             )
         },
         concurrency=2,

@@ -89,8 +89,14 @@ class FinishingLock:
     def __enter__(self) -> bool:
         return self._raw.acquire()
 
-    def release(self) -> None:
+    def release(self, *_exc: object) -> None:
         raw, pending = self._raw, self.pending
+        if not pending:  # the common case: nothing left in the mailbox
+            raw.release()
+            # a worker may have left heads since the check: if nobody holds the lock now, they
+            # are this thread's to finish (else the holder's, or the worker's own)
+            if not pending or not raw.acquire(False):
+                return
         finish, dispatch = self._finish
         while True:
             more: list[Lane] = []
@@ -109,8 +115,7 @@ class FinishingLock:
             if not pending or not raw.acquire(False):
                 return
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    __exit__ = release
 
     def _is_owned(self) -> bool:  # for threading.Condition
         return self._raw.locked()

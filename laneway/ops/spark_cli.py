@@ -26,8 +26,29 @@ __all__ = ["add_query_commands", "pipeline_app", "register"]
 
 pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
 
-_WAREHOUSE_HELP = "folder of the Delta tables"  # typer adds [env var: LANEWAY_WAREHOUSE]
-Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
+_WAREHOUSE_ENV = "LANEWAY_WAREHOUSE"
+# typer adds [env var: LANEWAY_WAREHOUSE]
+_WAREHOUSE_HELP = "folder of the Delta tables; the variable, when set, must not be empty"
+
+
+def _warehouse_given(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """``--warehouse``, refused when empty; and refused when left out while ``$LANEWAY_WAREHOUSE``
+    is set but empty (the command line would take that as unset: the relative ``warehouse``)."""
+    env = os.environ.get(_WAREHOUSE_ENV)
+    source = ctx.get_parameter_source(param.name or "")
+    if env is not None and not env.strip() and (source is None or source.name in ("DEFAULT", "ENVIRONMENT")):
+        raise _fail(
+            f"{_WAREHOUSE_ENV} is set but empty: set it to the folder of the Delta tables, or unset it "
+            "to use ./warehouse"
+        )
+    if not value.strip():
+        raise _fail("--warehouse: must not be empty")
+    return value
+
+
+Warehouse = Annotated[
+    str, typer.Option(envvar=_WAREHOUSE_ENV, help=_WAREHOUSE_HELP, callback=_warehouse_given)
+]
 Master = Annotated[
     str,
     typer.Option(help=f"Spark master URL: {MASTER_FORMS}"),

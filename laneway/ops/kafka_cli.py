@@ -67,7 +67,7 @@ def topics_create(
     A --config KEY=VALUE may not set what an option sets (retention.ms, segment.bytes,
     cleanup.policy) when that option is given too; it gets the option's checks.
 
-    Example: laneway topics create orders --partitions 12 --replication 3 --retention 14d
+    Example: laneway topics create orders -p 12 -r 3 --retention 14d
     """
     extra: dict[str, str] = {}
     for item in config or []:

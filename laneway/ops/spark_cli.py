@@ -207,7 +207,7 @@ def run(
     Ctrl-C (or SIGTERM) stops it once the batch in progress has landed; a second Ctrl-C exits
     at once (status 130): a batch cut short is replayed from the checkpoint by the next run.
 
-    Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
+    Example: laneway pipeline run --warehouse /data/catalog --trigger 10s
     """
     from laneway.kafka.client_config import active
     from laneway.ops.bootstrap import resolve_bootstrap
@@ -350,7 +350,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
     ) -> None:
         """Show one entity: its current state, children and versions.
 
-        Example: laneway catalog show table:sales.orders --warehouse /data/catalog --json
+        Example: laneway catalog show table:sales.orders --warehouse /data/catalog
         """
         from laneway.spark.queries import show_entity
 

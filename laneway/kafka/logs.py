@@ -106,7 +106,7 @@ class TransientFilter(logging.Filter):
 
     #: librdkafka's texts of the retriable broker errors a fresh broker answers while it starts
     TRANSIENT = ("Coordinator load in progress",)
-    NOTE = " (transient: a broker that just started is loading its coordinator state; retried)"
+    NOTE = " (transient: a broker that just started is still loading its state)"
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING:

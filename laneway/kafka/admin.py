@@ -313,9 +313,9 @@ def check_new_topic(
     for key, value in (config or {}).items():
         what = f"--config {key}"
         if key == "retention.ms":
-            _check_retention(_whole(value, what, "milliseconds", "a duration like 14d"), what)
+            _check_retention(_whole(key, value, "milliseconds", "a duration like 14d"), what)
         elif key == "segment.bytes":
-            _check_segment(_whole(value, what, "bytes", "a size like 256MiB"), what)
+            _check_segment(_whole(key, value, "bytes", "a size like 256MiB"), what)
         elif key == "cleanup.policy":  # Kafka's list: empty is neither (no time or size limit)
             unknown = (
                 [p.strip() for p in value.split(",") if p.strip() not in _POLICIES] if value.strip() else []
@@ -358,13 +358,14 @@ def _check_segment(size: int, what: str) -> None:
         )
 
 
-def _whole(value: str, what: str, unit: str, typed: str) -> int:
-    """``value`` as Kafka reads a whole number (Java's ``parseLong`` of the trimmed text)."""
+def _whole(key: str, value: str, unit: str, typed: str) -> int:
+    """The setting ``key``'s ``value`` as Kafka reads a whole number (Java's ``parseLong`` of the
+    trimmed text); else the error names the option that takes ``typed``."""
     text = value.strip()
     if not re.fullmatch(r"[+-]?[0-9]+", text):
-        option = TYPED_SETTINGS[what.removeprefix("--config ")]
         raise InvalidInputError(
-            f"{what} must be a whole number of {unit}, got {value!r} (for {typed}, use {option})"
+            f"--config {key} must be a whole number of {unit}, got {value!r} "
+            f"(for {typed}, use {TYPED_SETTINGS[key]})"
         )
     return int(text)
 

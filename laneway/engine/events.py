@@ -59,5 +59,22 @@ class Event:
     def tp(self) -> TopicPartition:
         return (self.topic, self.partition)
 
-    def __repr__(self) -> str:
-        return f"Event({self.topic}[{self.partition}]@{self.offset} key={self.key!r} attempt={self.attempt})"
+    def __repr__(self) -> str:  # the log lines' form of an event: a dead letter's, a timeout's
+        key = _key_text(self.key)
+        return f"Event({self.topic}[{self.partition}]@{self.offset} key={key} attempt={self.attempt})"
+
+
+#: a longer key is cut in a log line (``laneway dlq show`` shows it whole with ``--json``)
+_KEY_CHARS = 64
+
+
+def _key_text(key: bytes | None) -> str:
+    """A key as ``laneway dlq show`` shows it: its UTF-8 text (``k0``, not ``b'k0'``), bytes that do
+    not decode as U+FFFD; escaped where it has a newline or another control character (a log line
+    stays one line), ``''`` when empty, cut past 64 characters. Runs only when a line is written."""
+    if key is None:
+        return "None"
+    text = key.decode("utf-8", "replace")
+    if len(text) > _KEY_CHARS:
+        text = text[: _KEY_CHARS - 1] + "…"
+    return text if text.isprintable() and text else repr(text)[1:-1] or "''"

@@ -39,6 +39,10 @@ from laneway.kafka.logs import librdkafka_logger
 
 __all__ = [
     "DEFAULT_RETENTION_MS",
+    "MAX_RETENTION_MS",
+    "MAX_SEGMENT_BYTES",
+    "MIN_SEGMENT_BYTES",
+    "TYPED_SETTINGS",
     "AdminError",
     "BrokerUnreachableError",
     "CleanupPolicy",
@@ -263,6 +267,18 @@ def describe_topic(
 CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 
 
+#: Kafka's greatest ``retention.ms`` (a Java long: about 292 million years)
+MAX_RETENTION_MS = 2**63 - 1
+#: Kafka's least and greatest ``segment.bytes`` (1 MiB; a Java int: 2 GiB less one byte)
+MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES = 1024 * 1024, 2**31 - 1
+#: the topic settings ``topics create`` has an option for, with the option
+TYPED_SETTINGS = {
+    "retention.ms": "--retention",
+    "segment.bytes": "--segment-size",
+    "cleanup.policy": "--cleanup-policy",
+}
+
+
 def check_new_topic(
     name: str,
     *,
@@ -271,30 +287,93 @@ def check_new_topic(
     retention_ms: int = DEFAULT_RETENTION_MS,
     cleanup_policy: str = "delete",
     segment_bytes: int | None = None,
+    config: Mapping[str, str] | None = None,
 ) -> None:
     """An :class:`InvalidInputError` for what no cluster could take, found without one: the
     name, fewer than one partition or replica, a cleanup policy Kafka does not have, a segment
-    under Kafka's least ``segment.bytes`` (1 MiB), and a retention that is neither positive nor
-    -1 (Kafka's ``retention.ms=-1``: no time limit; 0 has no documented meaning)."""
+    outside Kafka's ``segment.bytes`` (1 MiB to 2 GiB less one byte), and a retention that is
+    neither -1 (Kafka's ``retention.ms=-1``: no time limit) nor from 1 ms to a Java long's
+    greatest value (0 has no documented meaning). ``config``'s ``retention.ms`` and
+    ``segment.bytes`` get the same checks, named ``--config KEY``; its ``cleanup.policy`` may
+    also be what Kafka's list form takes besides: empty (neither policy: nothing is deleted by
+    time or size; Kafka 4.4 takes it) or a policy given twice."""
     if not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise InvalidInputError(f"invalid topic name {name!r} (letters, digits, '.', '_', '-'; at most 249)")
     if partitions < 1:
         raise InvalidInputError(f"--partitions must be at least 1, got {partitions}")
     if replication < 1:
         raise InvalidInputError(f"--replication must be at least 1, got {replication}")
-    if retention_ms != -1 and retention_ms < 1:
-        raise InvalidInputError(
-            f"--retention must be a positive duration (14d, 12h, 500ms), or -1 (forever) for no time "
-            f"limit (Kafka's retention.ms=-1); got {retention_ms} ms"
-        )
-    if segment_bytes is not None and segment_bytes < 1024 * 1024:
-        raise InvalidInputError(
-            f"--segment-size must be at least 1MiB (Kafka's least segment.bytes), got {segment_bytes} bytes"
-        )
+    _check_retention(retention_ms, "--retention")
+    if segment_bytes is not None:
+        _check_segment(segment_bytes, "--segment-size")
     if cleanup_policy_of(cleanup_policy) is None:
         raise InvalidInputError(
             f"unknown cleanup policy {cleanup_policy!r} (delete, compact, compact,delete)"
         )
+    for key, value in (config or {}).items():
+        what = f"--config {key}"
+        if key == "retention.ms":
+            _check_retention(_whole(key, value, "milliseconds", "a duration like 14d"), what)
+        elif key == "segment.bytes":
+            _check_segment(_whole(key, value, "bytes", "a size like 256MiB"), what)
+        elif key == "cleanup.policy":  # Kafka's list: empty is neither (no time or size limit)
+            unknown = (
+                [p.strip() for p in value.split(",") if p.strip() not in _POLICIES] if value.strip() else []
+            )
+            if unknown:
+                raise InvalidInputError(
+                    f"{what}: unknown cleanup policy {unknown[0]!r} (delete, compact, compact,delete; "
+                    "empty for neither)"
+                )
+
+
+_POLICIES = ("delete", "compact")
+
+
+def _check_retention(ms: int, what: str) -> None:
+    """``what``: the option (``--retention``, a duration) or the setting (``--config retention.ms``, ms)."""
+    if ms == -1 or 1 <= ms <= MAX_RETENTION_MS:
+        return
+    option = what == "--retention"
+    forever = "-1 (forever)" if option else "-1"
+    if ms > MAX_RETENTION_MS:
+        raise InvalidInputError(
+            f"{what} must be at most {MAX_RETENTION_MS} ms (Kafka's retention.ms is a Java long: about "
+            f"292 million years), got {_number(ms)} ms; {forever} is no time limit"
+        )
+    amount = "a positive duration (14d, 12h, 500ms)" if option else "a positive number of ms"
+    kafka = " (Kafka's retention.ms=-1)" if option else ""
+    raise InvalidInputError(f"{what} must be {amount}, or {forever} for no time limit{kafka}; got {ms} ms")
+
+
+def _check_segment(size: int, what: str) -> None:
+    if size < MIN_SEGMENT_BYTES:
+        raise InvalidInputError(
+            f"{what} must be at least 1MiB (Kafka's least segment.bytes), got {size} bytes"
+        )
+    if size > MAX_SEGMENT_BYTES:
+        raise InvalidInputError(
+            f"{what} must be at most {MAX_SEGMENT_BYTES} bytes (2GiB less one byte: Kafka's segment.bytes "
+            f"is a Java int), got {_number(size)} bytes"
+        )
+
+
+def _whole(key: str, value: str, unit: str, typed: str) -> int:
+    """The setting ``key``'s ``value`` as Kafka reads a whole number (Java's ``parseLong`` of the
+    trimmed text); else the error names the option that takes ``typed``."""
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise InvalidInputError(
+            f"--config {key} must be a whole number of {unit}, got {value!r} "
+            f"(for {typed}, use {TYPED_SETTINGS[key]})"
+        )
+    return int(text)
+
+
+def _number(n: int) -> str:
+    """``n``, or how many digits it has when it would fill the line."""
+    digits = str(abs(n))
+    return str(n) if len(digits) <= 30 else f"a {len(digits)}-digit number of"
 
 
 def cleanup_policy_of(text: str) -> CleanupPolicy | None:
@@ -327,6 +406,7 @@ def create_topic(
         retention_ms=retention_ms,
         cleanup_policy=cleanup_policy,
         segment_bytes=segment_bytes,
+        config=config,
     )
     brokers = len(admin.list_topics(timeout=10).brokers)
     if replication > brokers:

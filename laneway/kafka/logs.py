@@ -11,6 +11,13 @@ another client or another error is another kind. The count held back when a floo
 not reported (nothing comes to carry it). Reconnecting itself is librdkafka's business and
 is left as it is.
 
+A broker that has just started answers "Coordinator load in progress" while it loads its
+group and transaction state; librdkafka's idempotent producers then log a WARNING
+(``GETPID ... Failed to acquire idempotence PID ...: Broker: Coordinator load in progress:
+retrying``) and retry until it answers, a second or two. ``TransientFilter`` logs such a line at
+INFO, saying it is transient: harmless at an app's first start on a fresh broker, and still in the
+log (one a window, by the repeat filter) should a coordinator stay loading.
+
 Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``, under
 ``laneway.kafka.client`` (``laneway.kafka.librdkafka`` for the tools' admin clients): never a
 module's own logger, whose lines the filter must not hold back. A ``SecretFilter`` before it
@@ -28,7 +35,7 @@ from dataclasses import dataclass
 
 from laneway.kafka import secrets
 
-__all__ = ["RepeatFilter", "SecretFilter", "librdkafka_logger"]
+__all__ = ["RepeatFilter", "SecretFilter", "TransientFilter", "librdkafka_logger"]
 
 #: the parts of a librdkafka line that change while it says the same: durations, and counts of
 #: requests or of errors it suppressed itself
@@ -93,15 +100,40 @@ class SecretFilter(logging.Filter):
         return True
 
 
+class TransientFilter(logging.Filter):
+    """Log librdkafka's WARNING lines about a state that passes by itself (:data:`TRANSIENT`: a
+    coordinator still loading) at INFO, saying so; dropped where the logger is not on for INFO."""
+
+    #: librdkafka's texts of the retriable broker errors a fresh broker answers while it starts
+    TRANSIENT = ("Coordinator load in progress",)
+    NOTE = " (transient: a broker that just started is still loading its state)"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if not any(text in message for text in self.TRANSIENT):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+            return False
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        record.msg, record.args = message + self.NOTE, ()
+        return True
+
+
 _attach_lock = threading.Lock()
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
-    """The logger ``name`` for a confluent-kafka client's ``logger=``, with a ``RepeatFilter``
-    (added once)."""
+    """The logger ``name`` for a confluent-kafka client's ``logger=``, with its filters (added
+    once): ``SecretFilter``, ``TransientFilter``, ``RepeatFilter``."""
     logger = logging.getLogger(name)
     with _attach_lock:
         if not any(isinstance(f, RepeatFilter) for f in logger.filters):
             logger.addFilter(SecretFilter())
+            logger.addFilter(TransientFilter())
             logger.addFilter(RepeatFilter())
     return logger

@@ -21,6 +21,7 @@ import typer
 
 from laneway import jars
 from laneway.ops import broker as broker_mod
+from laneway.ops.help_text import reflow_app
 
 __all__ = ["app", "main"]
 
@@ -64,7 +65,7 @@ def broker_start(
     With --secure it also prints the client file of each user (admin, app, reader), e.g.
     `laneway topics list --client-config <app file>`.
 
-    Example: laneway broker start && export LANEWAY_BOOTSTRAP=$(laneway broker status --quiet)
+    Example: export LANEWAY_BOOTSTRAP=$(laneway broker start)
     """
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
@@ -204,8 +205,11 @@ _SUBCOMMAND_MODULES = (
 
 
 def _register_subcommands() -> None:
+    """Add the other modules' commands, then make every help page's prose wrap at the terminal's
+    width (:func:`laneway.ops.help_text.reflow_app`)."""
     for name in _SUBCOMMAND_MODULES:
         importlib.import_module(name).register(app)
+    reflow_app(app)
 
 
 def main() -> None:

@@ -145,7 +145,7 @@ def dlq_redrive(
 
     Later redrives skip what the ledger names (--force overrides).
 
-    Example: laneway dlq redrive orders.dlq --filter error.type=TimeoutError --dry-run
+    Example: laneway dlq redrive orders.dlq --filter error.type~Timeout --dry-run
     """
     if limit is not None:
         _check_limit(limit)

@@ -49,7 +49,9 @@ def topics_create(
             "limit (Kafka's retention.ms=-1); 0 is refused \\[default: 14d]"  # \\[: not rich markup
         ),
     ] = None,
-    segment_size: Annotated[str | None, typer.Option(help="log segment size, e.g. 256MiB")] = None,
+    segment_size: Annotated[
+        str | None, typer.Option(help="log segment size, 1MiB to 2GiB less a byte, e.g. 256MiB")
+    ] = None,
     cleanup_policy: Annotated[
         str | None, typer.Option(help="delete, compact or compact,delete \\[default: delete]")
     ] = None,
@@ -63,9 +65,9 @@ def topics_create(
     """Create a topic; retention defaults to two weeks.
 
     A --config KEY=VALUE may not set what an option sets (retention.ms, segment.bytes,
-    cleanup.policy) when that option is given too.
+    cleanup.policy) when that option is given too; it gets the option's checks.
 
-    Example: laneway topics create orders --partitions 12 --replication 3 --retention 14d
+    Example: laneway topics create orders -p 12 -r 3 --retention 14d
     """
     extra: dict[str, str] = {}
     for item in config or []:
@@ -76,7 +78,7 @@ def topics_create(
             raise common.fail(f"--config {key} given twice ({key}={extra[key]} and {item}): give it once")
         extra[key] = value
     given = {"--retention": retention, "--segment-size": segment_size, "--cleanup-policy": cleanup_policy}
-    for option, key in _OPTION_KEYS.items():
+    for key, option in ka.TYPED_SETTINGS.items():
         if given[option] is not None and key in extra:
             raise common.fail(
                 f"{option} {given[option]} and --config {key}={extra[key]} both set {key}: give one of them"
@@ -90,6 +92,7 @@ def topics_create(
         retention_ms=retention_ms,
         cleanup_policy=cleanup_policy or "delete",
         segment_bytes=segment,
+        config=extra,
     )
     _, admin = common.connect(bootstrap)
     desc = ka.create_topic(
@@ -108,16 +111,8 @@ def topics_create(
     retained, cleanup = _retention(desc.config.get("retention.ms")), desc.config.get("cleanup.policy")
     typer.echo(
         f"created {desc.name}: {len(desc.partitions)} partition(s), replication {desc.replication}, "
-        f"retention {retained}, cleanup {cleanup}"
+        f"retention {retained}, cleanup {cleanup or 'none'}"
     )
-
-
-#: the options of ``topics create`` and the topic setting each sets
-_OPTION_KEYS = {
-    "--retention": "retention.ms",
-    "--segment-size": "segment.bytes",
-    "--cleanup-policy": "cleanup.policy",
-}
 
 
 def _retention(ms: str | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from fractions import Fraction
 
 from laneway.kafka.admin import InvalidInputError
 
@@ -35,22 +36,22 @@ _SIZE_UNITS = {
 
 def parse_duration(text: str) -> int:
     """``14d``, ``12h``, ``30m``, ``45s``, ``500ms``, ``2w`` or plain milliseconds to ms;
-    ``-1``/``forever`` is unlimited (-1)."""
+    ``-1``/``forever`` is unlimited (-1). Exact for any length of number (no float rounding)."""
     raw = text.strip().lower()
     if raw in ("-1", "forever", "infinite", "unlimited"):
         return -1
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", raw)
     if not m:
         raise InvalidInputError(f"malformed duration {text!r} (expected e.g. 14d, 12h, 30m, 500ms)")
-    return int(float(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
+    return int(Fraction(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
 
 
 def parse_size(text: str) -> int:
-    """``1GiB``, ``512MiB``, ``100MB``, ``64m`` or plain bytes to bytes."""
+    """``1GiB``, ``512MiB``, ``100MB``, ``64m`` or plain bytes to bytes (exact, as durations)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text.strip().lower())
     if not m or m.group(2) not in _SIZE_UNITS:
         raise InvalidInputError(f"malformed size {text!r} (expected e.g. 1GiB, 512MiB, 100MB)")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+    return int(Fraction(m.group(1)) * _SIZE_UNITS[m.group(2)])
 
 
 def parse_time(text: str) -> int:

@@ -26,8 +26,29 @@ __all__ = ["add_query_commands", "pipeline_app", "register"]
 
 pipeline_app = typer.Typer(help="The Spark pipeline: catalog.entities on Kafka into Delta tables.")
 
-_WAREHOUSE_HELP = "folder of the Delta tables"  # typer adds [env var: LANEWAY_WAREHOUSE]
-Warehouse = Annotated[str, typer.Option(envvar="LANEWAY_WAREHOUSE", help=_WAREHOUSE_HELP)]
+_WAREHOUSE_ENV = "LANEWAY_WAREHOUSE"
+# typer adds [env var: LANEWAY_WAREHOUSE]
+_WAREHOUSE_HELP = "folder of the Delta tables; the variable, when set, must not be empty"
+
+
+def _warehouse_given(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """``--warehouse``, refused when empty; and refused when left out while ``$LANEWAY_WAREHOUSE``
+    is set but empty (the command line would take that as unset: the relative ``warehouse``)."""
+    env = os.environ.get(_WAREHOUSE_ENV)
+    source = ctx.get_parameter_source(param.name or "")
+    if env is not None and not env.strip() and (source is None or source.name in ("DEFAULT", "ENVIRONMENT")):
+        raise _fail(
+            f"{_WAREHOUSE_ENV} is set but empty: set it to the folder of the Delta tables, or unset it "
+            "to use ./warehouse"
+        )
+    if not value.strip():
+        raise _fail("--warehouse: must not be empty")
+    return value
+
+
+Warehouse = Annotated[
+    str, typer.Option(envvar=_WAREHOUSE_ENV, help=_WAREHOUSE_HELP, callback=_warehouse_given)
+]
 Master = Annotated[
     str,
     typer.Option(help=f"Spark master URL: {MASTER_FORMS}"),
@@ -186,7 +207,7 @@ def run(
     Ctrl-C (or SIGTERM) stops it once the batch in progress has landed; a second Ctrl-C exits
     at once (status 130): a batch cut short is replayed from the checkpoint by the next run.
 
-    Example: laneway pipeline run --warehouse /data/catalog --trigger 10s --max-offsets-per-trigger 50000
+    Example: laneway pipeline run --warehouse /data/catalog --trigger 10s
     """
     from laneway.kafka.client_config import active
     from laneway.ops.bootstrap import resolve_bootstrap
@@ -329,7 +350,7 @@ def add_query_commands(catalog_app: typer.Typer) -> None:
     ) -> None:
         """Show one entity: its current state, children and versions.
 
-        Example: laneway catalog show table:sales.orders --warehouse /data/catalog --json
+        Example: laneway catalog show table:sales.orders --warehouse /data/catalog
         """
         from laneway.spark.queries import show_entity
 

@@ -76,3 +76,50 @@ def test_the_clients_laneway_builds_log_through_the_filter() -> None:
 def test_a_record_that_cannot_be_formatted_passes_to_its_handler() -> None:
     bad = logging.LogRecord("x", logging.ERROR, __file__, 1, "%d", ("not a number",), None)
     assert RepeatFilter().filter(bad)
+
+
+_LOADING = (
+    "[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:48623/1: "
+    "Broker: Coordinator load in progress: retrying"
+)
+
+
+def _through(logger: logging.Logger, record: logging.LogRecord) -> list[logging.LogRecord]:
+    """What ``logger``'s handlers get of ``record`` (``Logger.handle``: its filters, then its handlers)."""
+    got: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, r: logging.LogRecord) -> None:
+            got.append(r)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        logger.handle(record)
+    finally:
+        logger.removeHandler(handler)
+    return got
+
+
+def test_a_coordinator_still_loading_is_an_info_line_saying_it_passes() -> None:
+    """A fresh broker's "Coordinator load in progress" (librdkafka retries) was a WARNING at every
+    first start of an app: it is INFO, said to be transient."""
+    logger = librdkafka_logger("laneway.kafka.client.test-loading")
+    logger.setLevel(logging.INFO)
+    got = _through(logger, _record(_LOADING, level=logging.WARNING, name=logger.name))
+    assert [(r.levelno, r.levelname) for r in got] == [(logging.INFO, "INFO")]
+    assert "load in progress: retrying (transient: a broker that just started is" in got[0].getMessage()
+
+
+def test_a_coordinator_still_loading_is_not_logged_where_info_is_off() -> None:
+    logger = librdkafka_logger("laneway.kafka.client.test-loading-quiet")
+    logger.setLevel(logging.WARNING)
+    assert _through(logger, _record(_LOADING, level=logging.WARNING, name=logger.name)) == []
+
+
+def test_other_warnings_stay_warnings() -> None:
+    logger = librdkafka_logger("laneway.kafka.client.test-loading-other")
+    logger.setLevel(logging.INFO)
+    line = "[thrd:main]: Failed to acquire idempotence PID from broker: Broker: Cluster authorization failed"
+    got = _through(logger, _record(line, level=logging.WARNING, name=logger.name))
+    assert [r.levelno for r in got] == [logging.WARNING] and got[0].getMessage().endswith("failed")

@@ -96,6 +96,22 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--segment-size", "0"], "--segment-size must be at least 1MiB"),
         (["--segment-size", "512KiB"], "--segment-size must be at least 1MiB"),
         (["--cleanup-policy", "delete,delete"], "unknown cleanup policy"),
+        # a --config of a setting an option sets passed unchecked: the option's checks, named as typed
+        (["-c", "retention.ms=0"], "--config retention.ms must be a positive number of ms, or -1"),
+        (["-c", "retention.ms=-2"], "--config retention.ms must be a positive number of ms"),
+        (["-c", "retention.ms=14d"], "retention.ms must be a whole number of milliseconds, got '14d'"),
+        (["-c", "retention.ms=14d"], "(for a duration like 14d, use --retention)"),
+        (["-c", "segment.bytes=100"], "--config segment.bytes must be at least 1MiB"),
+        (["-c", "segment.bytes=256MiB"], "(for a size like 256MiB, use --segment-size)"),
+        (["-c", "cleanup.policy=compacted"], "--config cleanup.policy: unknown cleanup policy 'compacted'"),
+        (["-c", "cleanup.policy=Delete"], "unknown cleanup policy 'Delete'"),  # Kafka's names are lower case
+        # past a Java long (retention.ms) or int (segment.bytes): reached the broker garbled
+        (["--retention", "9223372036854775808"], "--retention must be at most 9223372036854775807 ms"),
+        (["--retention", "110000000000000d"], "got 9504000000000000000000 ms"),
+        (["--retention", "9" * 400], "got a 400-digit number of ms"),  # was an OverflowError
+        (["-c", "retention.ms=9223372036854775808"], "--config retention.ms must be at most"),
+        (["--segment-size", "2GiB"], "--segment-size must be at most 2147483647 bytes"),
+        (["-c", "segment.bytes=2147483648"], "--config segment.bytes must be at most 2147483647 bytes"),
     ],
 )
 def test_what_no_cluster_takes_is_refused_before_connecting(
@@ -105,6 +121,37 @@ def test_what_no_cluster_takes_is_refused_before_connecting(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["-c", "retention.ms=-1"], "retention forever"),  # Kafka's no time limit
+        (["-c", "retention.ms=1"], "retention 1ms"),
+        (["-c", "retention.ms= 86400000"], "retention 1d"),  # Kafka trims it
+        (["-c", "retention.ms=9223372036854775807"], "retention 9223372036854775807ms"),
+        (
+            ["--retention", "9223372036854775807"],
+            "retention 9223372036854775807ms",
+        ),  # was rounded up, past it
+        (["-c", "segment.bytes=1048576"], "retention 14d"),
+        (["-c", "segment.bytes=2147483647"], "retention 14d"),
+        (["--segment-size", "2147483647"], "retention 14d"),
+        (["-c", "cleanup.policy=compact,delete"], "cleanup compact,delete"),
+        (["-c", "cleanup.policy=delete, compact"], "cleanup delete, compact"),
+        (["-c", "cleanup.policy="], "cleanup none"),  # neither policy: Kafka 4.4 takes it
+    ],
+)
+def test_what_kafka_takes_is_taken(admin: FakeAdmin, args: list[str], said: str) -> None:
+    result = _create(*args)
+    assert result.exit_code == 0, result.output
+    assert said in result.output, result.output
+
+
+def test_the_api_checks_the_settings_of_its_config_too(admin: FakeAdmin) -> None:
+    with pytest.raises(ka.InvalidInputError, match=r"--config retention\.ms must be a positive"):
+        ka.create_topic(admin, "orders", partitions=1, config={"retention.ms": "0"})  # type: ignore[arg-type]
+    assert admin.topics == {}
 
 
 @pytest.mark.parametrize("retention", ["-1", "forever"])

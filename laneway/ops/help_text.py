@@ -1,0 +1,46 @@
+"""The help pages' prose, for a terminal of any width.
+
+typer draws ``--help`` with rich, which keeps a docstring's single line breaks: a paragraph
+written at the source's line length broke where each source line ended, mid-sentence at 80
+columns. :func:`reflow_app` joins each paragraph of every command's and group's help into one
+line before typer builds the command line, so rich wraps it at the terminal's width; blank
+lines still part the paragraphs.
+
+    reflow("Create a topic.\\n\\nA --config KEY=VALUE may not set what\\nan option sets.")
+    # 'Create a topic.\\n\\nA --config KEY=VALUE may not set what an option sets.'
+
+Help is written so each ``Example:`` paragraph fits one line of 80 columns (a command cut in two
+cannot be copied); ``tests/unit/test_help_pages.py`` checks both for every command.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import typer
+
+__all__ = ["reflow", "reflow_app"]
+
+
+def reflow(text: str) -> str:
+    """``text`` (a docstring) with each paragraph's lines joined by a space, the paragraphs one
+    blank line apart (what follows a ``\\f`` line, which click leaves out of help, is dropped)."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text.partition("\f")[0]))
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+def reflow_app(app: typer.Typer) -> None:
+    """:func:`reflow` the help of ``app``, its commands and its groups, all the way down (in place;
+    doing it twice changes nothing). A command's help is its docstring unless given."""
+    if isinstance(app.info.help, str):
+        app.info.help = reflow(app.info.help)
+    for command in app.registered_commands:
+        text = command.help if command.help is not None else inspect.getdoc(command.callback)
+        if text:
+            command.help = reflow(text)
+    for group in app.registered_groups:
+        if isinstance(group.help, str):
+            group.help = reflow(group.help)
+        if group.typer_instance is not None:
+            reflow_app(group.typer_instance)

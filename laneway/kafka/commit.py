@@ -126,6 +126,22 @@ class Committer:
         self._metrics = metrics
         self._producer = producer
         self._recommit = False
+        #: why emitted records could not be produced, once they could not: they were taken from
+        #: the ledger, so no commit may pass them afterwards (the app's final one neither)
+        self.failed: BaseException | None = None
+
+    def _refused(self, commits: Commits) -> bool:
+        """After a failed produce, refuse ``commits`` (logged): the records whose outputs were
+        lost run again on restart, from the last commit before the failure."""
+        if self.failed is None:
+            return False
+        logger.error(
+            "not committing %d partition(s): emitted records could not be produced (%s); the records "
+            "since the last commit run again on restart",
+            len(commits),
+            self.failed,
+        )
+        return True
 
     def start(self) -> None:
         """Ready the producer (a transactional one registers its id)."""
@@ -175,13 +191,17 @@ class AtLeastOnceCommitter(Committer):
         self._produce_error: KafkaError | None = None
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
-        if not commits:
+        if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)
         positions = {tp: pos for tp, (pos, _) in commits.items()}
         outputs = self._processor.take_outputs(positions) if self._producer is not None else []
         if outputs:
-            self._produce_all(outputs)
+            try:
+                self._produce_all(outputs)
+            except BaseException as exc:  # a delivery's error, a flush timeout, a refused record
+                self.failed = exc
+                raise
             asynchronous = False  # the flush already waited; keep the order produce -> commit simple
         try:
             if asynchronous:
@@ -223,7 +243,7 @@ class TransactionalCommitter(Committer):
             self._producer.init_transactions(30)
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
-        if not commits:
+        if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)
         producer = self._producer
@@ -237,9 +257,10 @@ class TransactionalCommitter(Committer):
             self._metrics.commit(True)
         except KafkaException as exc:
             self._metrics.commit(False)
-            raise OutputError(
+            self.failed = OutputError(
                 f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
-            ) from exc
+            )
+            raise self.failed from exc
 
 
 def make_committer(

@@ -57,6 +57,11 @@ _PRODUCER_LOG = librdkafka_logger("laneway.kafka.client.producer")
 #: per partition: the position to commit and its metadata (None: the plain position)
 Commits = dict[tuple[str, int], tuple[int, str | None]]
 
+#: a commit refused because the group is rebalancing (an ordinary deploy): logged at INFO
+_REBALANCING = frozenset(
+    {KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID}
+)
+
 #: the broker's default ``offset.metadata.max.bytes``: Laneway does not read the broker's
 #: setting, so a broker configured below it refuses commits with long metadata
 MAX_METADATA = 4096
@@ -159,7 +164,16 @@ class Committer:
             raise_if_denied(e, {}, doing="commit the group's offsets")
         if failed:
             self._recommit = True
-            logger.warning("offset commit failed (%s); retrying on the next tick", err or "partition errors")
+            if (
+                err is not None and err.code() in _REBALANCING
+            ):  # a deploy's rebalance: the next owner carries on
+                logger.info(
+                    "offset commit refused during a rebalance (%s); sent again on the next tick", err.name()
+                )
+            else:
+                logger.warning(
+                    "offset commit failed (%s); retrying on the next tick", err or "partition errors"
+                )
 
     def take_recommit(self) -> bool:
         """True once after an asynchronous commit failed: the next tick sends every position."""
@@ -188,7 +202,8 @@ class AtLeastOnceCommitter(Committer):
         self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
     ) -> None:
         super().__init__(consumer, processor, metrics, producer)
-        self._produce_error: KafkaError | None = None
+        #: the first delivery's failure: its topic and the broker's reason
+        self._produce_error: str | None = None
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
@@ -219,15 +234,14 @@ class AtLeastOnceCommitter(Committer):
         producer = self._producer
         assert producer is not None
 
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None and self._produce_error is None:
-                self._produce_error = err
+                self._produce_error = f"to {msg.topic()}: {err.str()} ({err.name()})"
 
         produce(producer, outputs, delivered)
         if producer.flush(60) != 0 or self._produce_error is not None:
-            raise OutputError(
-                f"emitted records could not be produced: {self._produce_error or 'flush timed out'}"
-            )
+            why = self._produce_error or ": the flush timed out after 60s"
+            raise OutputError(f"emitted records could not be produced {why}")
 
 
 class TransactionalCommitter(Committer):

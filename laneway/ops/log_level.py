@@ -19,7 +19,7 @@ __all__ = ["FORMAT", "LogLevel", "setup_logging"]
 #: the log lines' format on stderr
 FORMAT: Final = LOG_FORMAT
 
-LogLevel = Annotated[str, typer.Option(help="log level of its progress lines: DEBUG, INFO, WARNING, ERROR")]
+LogLevel = Annotated[str, typer.Option(help="the level of its log lines: DEBUG, INFO, WARNING, ERROR")]
 
 
 def setup_logging(level: str) -> None:

@@ -3,6 +3,7 @@ one neither (at least once and exactly once). Fakes for the client; the real pro
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -27,6 +28,14 @@ class FakeConsumer:
         return object()
 
 
+class Sent:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+
 class RefusingProducer:
     """Every record's delivery fails (an unknown topic), as the broker reports it."""
 
@@ -36,12 +45,12 @@ class RefusingProducer:
     def produce(
         self, topic: str, value: Any = None, key: Any = None, headers: Any = None, on_delivery: Any = None
     ) -> None:
-        self.callbacks.append(on_delivery)
+        self.callbacks.append((topic, on_delivery))
 
     def flush(self, timeout: float) -> int:
-        for cb in self.callbacks:
+        for topic, cb in self.callbacks:
             if cb is not None:
-                cb(KafkaError(KafkaError._UNKNOWN_PARTITION), None)
+                cb(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), Sent(topic))
         self.callbacks = []
         return 0
 
@@ -76,8 +85,10 @@ def test_no_commit_passes_records_whose_outputs_were_refused(kind: type[AtLeastO
     try:
         proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
         assert proc.drain(5)
-        with pytest.raises(OutputError):
+        with pytest.raises(OutputError) as refused:
             committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        if kind is AtLeastOnceCommitter:  # the error names the topic and the broker's reason
+            assert "to out:" in str(refused.value) and "UNKNOWN_TOPIC_OR_PART" in str(refused.value)
         # the app stops on it, and its closing commit comes next: the outputs were taken from
         # the ledger, so this one has none to produce and must not pass their records either
         committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)
@@ -85,3 +96,18 @@ def test_no_commit_passes_records_whose_outputs_were_refused(kind: type[AtLeastO
         assert committer.failed is not None
     finally:
         proc.close()
+
+
+def test_a_commit_refused_by_a_rebalance_is_info_and_sent_again(caplog: pytest.LogCaptureFixture) -> None:
+    """An ordinary deploy's rebalance refuses a commit or two: not a WARNING, sent again."""
+    committer = AtLeastOnceCommitter(FakeConsumer(), _emitting(), PrometheusMetrics(), None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="laneway.kafka.commit"):
+        committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
+        assert committer.take_recommit()
+        committer.on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT), [])
+        assert committer.take_recommit()
+    levels = [(r.levelno, r.getMessage().split(" (")[0]) for r in caplog.records]
+    assert levels == [
+        (logging.INFO, "offset commit refused during a rebalance"),
+        (logging.WARNING, "offset commit failed"),
+    ]

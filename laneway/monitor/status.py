@@ -215,6 +215,7 @@ class StatusBoard:
             "max_bytes": self._caps[1],
             "lanes": int(gauges.get("lanes", 0)),
             "parked": int(gauges.get("parked", 0)),
+            "conflated": int(gauges.get("conflated", 0)),
             "running": running,
             "workers": workers,
             "utilisation": round(min(1.0, running / workers), 3) if workers else 0.0,

@@ -85,6 +85,7 @@ def test_the_document_names_the_oldest_unfinished_record_its_key_and_the_gap(gat
         process = doc["process"]
         assert process["events_in_memory"] == 1 and process["max_events"] == 1000
         assert process["running"] == 1 and process["workers"] >= 1
+        assert process["conflated"] == 0  # (this handler does not conflate)
         assert doc["stalled"] == []
     finally:
         gate.set()

@@ -454,6 +454,38 @@ def test_emitted_records_are_produced_once_per_success(
     assert values == sorted([*range(200), 7])
 
 
+def test_outputs_the_broker_refuses_halt_the_app_and_no_commit_passes_them(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """An output over its topic's size limit halts the app; its record and the batch's others
+    are not committed past (the closing commit passed them once: lost), so a restart with the
+    handler fixed produces every output."""
+    from laneway.kafka.commit import OutputError
+
+    source = make_topic(partitions=1)
+    output = make_topic(partitions=1, prefix="out", config={"max.message.bytes": "2000"})
+    dlq = make_topic(partitions=1, prefix="dlq")
+    produce_keyed(kafka_bootstrap, source, 3, keys=3)
+    size = [3000]  # the first run's record 1 emits more than the output topic takes
+
+    def run() -> App:
+        app = App("refused", bootstrap_servers=kafka_bootstrap, group_id=group_id)
+
+        @app.handler(source, dead_letter_topic=dlq)
+        def handle(ev: Event) -> None:
+            ev.emit(output, b"x" * (size[0] if ev.offset == 1 else 10), key=ev.key)
+
+        return app
+
+    with pytest.raises(OutputError, match=f"to {output}"):
+        run().run_until(lambda: False, timeout=60)
+    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 3
+    size[0] = 10
+    assert run().run_until(lambda: committed(kafka_bootstrap, group_id, source, 1)[0] == 3, 60)
+    got = _read_all(kafka_bootstrap, output, 3)
+    assert sorted(m.key() for m in got) == sorted({m.key() for m in got}) and len(got) >= 3  # type: ignore[attr-defined]
+
+
 def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:

@@ -138,7 +138,7 @@ class AppSettings(BaseModel):
     concurrency: int = Field(default=64, ge=1, le=10_000)
     #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
-    #: tune the interpreter's garbage collector for a stream of short-lived events (see tune_gc)
+    #: tune the interpreter's garbage collector for a stream of short-lived events (laneway.lifecycle.tune_gc)
     gc_tuning: bool = True
     backpressure: InstanceOf[Backpressure] = Backpressure()
     timeouts: InstanceOf[Timeouts] = Timeouts()

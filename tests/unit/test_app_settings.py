@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from laneway import App, ConfigError, ExactlyOnce, MetricsServer, Timeouts
-from laneway.app import GC_THRESHOLD, tune_gc
+from laneway.lifecycle import GC_THRESHOLD, tune_gc
 from laneway.settings import replica
 
 

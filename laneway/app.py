@@ -407,9 +407,14 @@ class App:
         waited for. Afterwards the app is ``stopped`` and cannot be started again."""
         if not self._life.claim_shutdown():
             self._life.stopped.wait()
+            if self._life.failure is not None:
+                raise self._life.failure
             return
         try:
             self._close()
+        except BaseException as exc:
+            self._life.failure = exc
+            raise
         finally:
             self._life.done()
         logger.info("%s stopped", self.settings.name)

@@ -4,7 +4,8 @@
 :class:`AppStateError`); ``stop()`` sets :attr:`Lifecycle.stopping` (an ``Event.set``: no
 lock, so a signal handler may call it); a watcher thread the start leaves calls
 ``shutdown()`` once a stop is asked, and so may ``run()``, ``run_until()`` and the user: the
-first call claims the shutdown and does it, the others wait for it.
+first call claims the shutdown and does it, the others wait for it and raise what it raised
+(the watcher logs it when it did the shutdown itself).
 
 Threads: the user's (start, stop, shutdown, state), a signal handler (stop), the engine's and
 the consumers' (a halt asks a stop), the watcher. ``_lock`` guards ``_started`` and
@@ -16,6 +17,7 @@ the consumers' (a halt asks a stop), the watcher. ``_lock`` guards ``_started`` 
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -23,6 +25,8 @@ from typing import Literal
 from laneway.errors import LanewayError
 
 __all__ = ["GC_THRESHOLD", "AppState", "AppStateError", "Lifecycle", "tune_gc"]
+
+logger = logging.getLogger(__name__)
 
 #: ``new``: not started; ``running``: started, no stop asked; ``stopping``: a stop was asked
 #: (``stop()``, a signal, a halt) and the drain runs or is about to; ``stopped``: shut down
@@ -46,6 +50,8 @@ class Lifecycle:
         self._started = False
         self._closing = False
         self._watcher: threading.Thread | None = None
+        #: what the shutdown raised: the shutdown() calls that waited for it raise it too
+        self.failure: BaseException | None = None
 
     @property
     def state(self) -> AppState:
@@ -96,7 +102,13 @@ class Lifecycle:
 
         def watcher() -> None:
             self.stopping.wait()
-            shutdown()
+            with self._lock:
+                if self._closing:  # a shutdown() call does it, and reports what fails
+                    return
+            try:
+                shutdown()
+            except BaseException:
+                logger.exception("%s: the shutdown failed", self.name)
 
         self._watcher = threading.Thread(target=watcher, name="laneway-stopper", daemon=True)
         self._watcher.start()

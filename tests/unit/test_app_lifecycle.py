@@ -26,6 +26,8 @@ class FakeSource:
     made: list[FakeSource] = []
     #: when set, join() waits for it (a slow final commit)
     hold: threading.Event | None = None
+    #: when set, join() raises it after the wait
+    fail: BaseException | None = None
 
     def __init__(self, conf: dict[str, Any], topics: list[str], processor: object, **kw: Any) -> None:
         self.name = kw["name"]
@@ -55,6 +57,8 @@ class FakeSource:
         if FakeSource.hold is not None:
             FakeSource.hold.wait(10)
         self._thread.join(timeout)
+        if FakeSource.fail is not None:
+            raise FakeSource.fail
 
     @property
     def alive(self) -> bool:
@@ -72,12 +76,12 @@ class FakeLetters:
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeSource]]:
     FakeSource.made = []
-    FakeSource.hold = None
+    FakeSource.hold = FakeSource.fail = None
     monkeypatch.setattr(laneway.app, "KafkaSource", FakeSource)
     monkeypatch.setattr(laneway.app, "KafkaDeadLetters", FakeLetters)
     monkeypatch.setattr(App, "check", lambda self: None)  # no broker to ask
     yield FakeSource.made
-    FakeSource.hold = None
+    FakeSource.hold = FakeSource.fail = None
 
 
 def _app(consumers: int = 2) -> App:
@@ -114,6 +118,20 @@ def test_shutdown_waits_for_the_shutdown_a_stop_began(fakes: list[FakeSource]) -
     threading.Timer(0.2, hold.set).start()
     app.shutdown()
     assert hold.is_set() and app.state == "stopped"  # returned once the other one was done
+
+
+def test_what_the_stop_s_shutdown_raised_reaches_the_shutdown_call_that_waited(
+    fakes: list[FakeSource],
+) -> None:
+    app = _app().start()
+    hold = FakeSource.hold = threading.Event()
+    FakeSource.fail = RuntimeError("closing the consumer failed")
+    app.stop()
+    wait_for(lambda: all(src.stopped for src in fakes))
+    threading.Timer(0.2, hold.set).start()
+    with pytest.raises(RuntimeError, match="closing the consumer failed"):
+        app.shutdown()
+    assert app.state == "stopped"
 
 
 def test_a_second_start_is_refused_and_starts_nothing(fakes: list[FakeSource]) -> None:

@@ -14,9 +14,7 @@ app.run()          # until SIGINT/SIGTERM; or: laneway run mymodule:app
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,12 +42,13 @@ from laneway.kafka.client_config import load_client_config
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
+from laneway.lifecycle import AppState, AppStateError, Lifecycle, tune_gc
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
-from laneway.registration import check_signature
+from laneway.registration import check_signature, deserializer_of
 from laneway.settings import AppSettings, Tracing, replica, shared_client_config, upgrade_keywords
 
-__all__ = ["App", "AppSettings"]
+__all__ = ["App", "AppSettings", "AppState", "AppStateError"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,27 +56,6 @@ logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 F = TypeVar("F", bound=HandlerFn)
-
-
-#: the youngest generation is collected after this many allocations (CPython's default: 700)
-GC_THRESHOLD = (20_000, 20, 20)
-
-
-def tune_gc() -> None:
-    """Tune CPython's collector for a stream of short-lived events (``gc_tuning=True``).
-
-    Every record allocates a few objects that live for milliseconds. At the default
-    threshold (700) the collector runs every ~100 records and finds most of them still
-    alive, so it scans them, promotes them, and scans them again a generation up. At 20,000
-    most are gone before it looks. ``gc.freeze()`` moves what start-up allocated (modules,
-    settings, the handlers' state) out of reach of full collections. Measured: +24%
-    records/s for a no-op handler (BENCHMARKS.md). Cyclic garbage lives a little longer;
-    reference counting frees everything else at once, as before. Process-wide: an app
-    that shares its process with code tuned otherwise passes ``gc_tuning=False``.
-    """
-    gc.collect()  # what start-up left as garbage is freed, not frozen
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
 
 
 class App:
@@ -171,8 +149,7 @@ class App:
         self.sources: list[KafkaSource] = []
         self._dead_letters: KafkaDeadLetters | None = None
         self._server: HealthServer | None = None
-        self._stopping = threading.Event()
-        self._stopped = threading.Event()
+        self._life = Lifecycle(name)
         self.fatal: BaseException | None = None
 
     def __repr__(self) -> str:
@@ -217,7 +194,7 @@ class App:
                     delay=delay if delay is None or isinstance(delay, Delay) else Delay(seconds=delay),
                     on_failure=on_failure,
                     dead_letter_topic=dead_letter_topic,
-                    deserializer=_deserializer(deserializer),
+                    deserializer=deserializer_of(deserializer),
                     timeout=timeout,
                     conflate=conflate,
                 )
@@ -267,25 +244,57 @@ class App:
             handlers=list(self.handlers.values()),
         )
 
+    @property
+    def state(self) -> AppState:
+        """``"new"``, ``"running"``, ``"stopping"`` (a stop was asked: the drain runs) or
+        ``"stopped"``. An App runs once."""
+        return self._life.state
+
     def start(self) -> App:
-        """Check the configuration, then start the workers, consumers and the HTTP endpoint."""
-        self.check()
+        """Check the configuration, then start the workers, consumers and the HTTP endpoint.
+
+        Returns at once, the app running in the background, until :meth:`stop` (or a halt)
+        starts its shutdown; :meth:`shutdown` does it and waits. An App starts once: a second
+        ``start()``, or one after the shutdown, raises :class:`AppStateError`. A start that
+        fails on a bad setting (a missing topic, no broker, a port in use) may be tried again."""
+        self._life.claim_start()
+        try:
+            self.check()
+            server = self._bind_server()
+        except BaseException:
+            self._life.abandon_start()  # nothing runs yet
+            raise
+        try:
+            self._launch(server)
+        except BaseException:
+            self.shutdown()  # what started is closed
+            raise
+        self._life.watch(self.shutdown)  # a stop() or a halt shuts the app down
+        return self
+
+    def _bind_server(self) -> HealthServer | None:
+        """The HTTP endpoint, bound but not serving: a port in use fails the start, naming the
+        field, before anything runs."""
+        if (wanted := self.settings.metrics_server) is None:
+            return None
+        try:
+            return HealthServer(
+                self.metrics.registry,
+                self.health,
+                wanted.port,
+                host=wanted.host,
+                status=self.status.document,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                "metrics_server.port",
+                f"cannot serve on {wanted.host}:{wanted.port}: {exc.strerror or exc}",
+            ) from None
+
+    def _launch(self, server: HealthServer | None) -> None:
+        """Start the HTTP endpoint, the workers and the consumers."""
         s = self.settings
-        if (wanted := s.metrics_server) is not None:
-            # first: a port in use fails the start, naming the field, before anything runs
-            try:
-                server = HealthServer(
-                    self.metrics.registry,
-                    self.health,
-                    wanted.port,
-                    host=wanted.host,
-                    status=self.status.document,
-                )
-            except OSError as exc:
-                raise ConfigError(
-                    "metrics_server.port",
-                    f"cannot serve on {wanted.host}:{wanted.port}: {exc.strerror or exc}",
-                ) from None
+        if server is not None and (wanted := s.metrics_server) is not None:
             self._server = server.start()
             logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
         if s.gc_tuning:
@@ -325,7 +334,6 @@ class App:
             s.concurrency,
             topics,
         )
-        return self
 
     def _traced(self, handlers: dict[str, HandlerSpec]) -> dict[str, HandlerSpec]:
         """The handlers the engine runs: wrapped in spans when tracing is on (docs/tracing.md)."""
@@ -351,12 +359,15 @@ class App:
     def _on_fatal(self, error: BaseException) -> None:
         if self.fatal is None:
             self.fatal = error
-        self._stopping.set()
+        self._life.stopping.set()
 
     def health(self) -> str | None:
-        """None when healthy, else the reason."""
+        """None when healthy, else the reason: ``stopping`` and ``stopped`` for an app asked
+        to stop (a drain is not a crash), ``halted: ...`` for a halt."""
         if self.fatal is not None:
             return f"halted: {self.fatal}"
+        if (state := self.state) in ("stopping", "stopped"):
+            return state
         if self.processor is not None and (problem := self.processor.alive()):
             return problem
         now = time.monotonic()
@@ -382,13 +393,33 @@ class App:
         return out
 
     def stop(self) -> None:
-        """Ask a running app to shut down gracefully (returns at once)."""
-        self._stopping.set()
+        """Start a graceful shutdown and return at once (from any thread, or a signal handler).
+
+        The shutdown is :meth:`shutdown`'s, on a background (daemon) thread: ``run()`` and
+        ``run_until()`` wait for it and return; after :meth:`start`, a program that ends at
+        once cuts it short: call :meth:`shutdown` to wait for it. Before the start, the app
+        shuts down as soon as it has started."""
+        self._life.stopping.set()
 
     def shutdown(self) -> None:
-        """Stop fetching, finish queued work within ``timeouts.shutdown``, commit, close."""
-        if self._stopped.is_set():
+        """Stop fetching, finish queued work within ``timeouts.shutdown``, commit, leave the
+        group, close; return when done. A shutdown already under way (after :meth:`stop`) is
+        waited for. Afterwards the app is ``stopped`` and cannot be started again."""
+        if not self._life.claim_shutdown():
+            self._life.stopped.wait()
+            if self._life.failure is not None:
+                raise self._life.failure
             return
+        try:
+            self._close()
+        except BaseException as exc:
+            self._life.failure = exc
+            raise
+        finally:
+            self._life.done()
+        logger.info("%s stopped", self.settings.name)
+
+    def _close(self) -> None:
         processor = self.processor
         for src in self.sources:
             src.drain()
@@ -414,8 +445,6 @@ class App:
         if self._server is not None:
             self._server.stop()
         self.status.stop()
-        self._stopped.set()
-        logger.info("%s stopped", self.settings.name)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until SIGINT/SIGTERM or :meth:`stop`; re-raise a fatal error after shutting down.
@@ -433,7 +462,7 @@ class App:
         with guard:
             self.start()
             try:
-                while not self._stopping.wait(0.5):
+                while not self._life.stopping.wait(0.5):
                     pass
             finally:
                 self.shutdown()
@@ -446,7 +475,7 @@ class App:
         deadline = time.monotonic() + timeout
         ok = False
         try:
-            while time.monotonic() < deadline and not self._stopping.is_set():
+            while time.monotonic() < deadline and not self._life.stopping.is_set():
                 if done():
                     ok = True
                     break
@@ -464,27 +493,6 @@ class App:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.shutdown()
-
-
-def _json(value: bytes | None) -> Any:
-    import orjson
-
-    if value is None:
-        raise ValueError("null value")
-    return orjson.loads(value)
-
-
-def _deserializer(
-    deserializer: Callable[[bytes | None], Any] | Literal["json"] | None,
-) -> Callable[[bytes | None], Any] | None:
-    """The handler's ``deserializer`` option: ``"json"``, a function of the value, or None."""
-    if isinstance(deserializer, str):
-        if deserializer != "json":
-            raise ConfigError(
-                "deserializer", f"must be 'json' or a function of the value bytes, got {deserializer!r}"
-            )
-        return _json
-    return deserializer
 
 
 def _require(field: str, value: object, cls: type) -> None:

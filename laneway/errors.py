@@ -9,6 +9,7 @@ it. A second base in brackets is there for callers that catch it::
     │   │   └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
     │   ├── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
     │   └── PipelineSettingsError   laneway.spark.settings: bad pipeline settings; problems: each field
+    ├── AppStateError               laneway.lifecycle: an App started twice or after its stop [RuntimeError]
     ├── HandlerFailed               an event failed its last attempt (or did not deserialize) under "halt"
     ├── DeadLetterError             a dead letter could not be written (the event stays uncommitted)
     ├── EngineStopped               work was submitted to an engine that is closing

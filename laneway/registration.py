@@ -9,6 +9,8 @@ methods, :func:`functools.partial` objects, objects with a ``__call__``, and wra
 keep ``__wrapped__`` (:func:`functools.wraps`). More parameters are fine when they have
 defaults, and ``*args`` takes the event too. A callable whose signature cannot be read (some
 built-ins) is taken as it is.
+
+:func:`deserializer_of` reads the handler's ``deserializer`` option (``"json"`` or a function).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from laneway.errors import ConfigError
 
-__all__ = ["HandlerSignatureError", "check_signature"]
+__all__ = ["HandlerSignatureError", "check_signature", "deserializer_of"]
 
 
 class HandlerSignatureError(ConfigError, TypeError):
@@ -121,3 +123,24 @@ def _generator_kind(fn: Callable[..., Any]) -> str:
     if inspect.isgeneratorfunction(target):
         return "a generator"
     return ""
+
+
+def _json(value: bytes | None) -> Any:
+    import orjson
+
+    if value is None:
+        raise ValueError("null value")
+    return orjson.loads(value)
+
+
+def deserializer_of(
+    deserializer: Callable[[bytes | None], Any] | Literal["json"] | None,
+) -> Callable[[bytes | None], Any] | None:
+    """The handler's ``deserializer`` option: ``"json"``, a function of the value, or None."""
+    if isinstance(deserializer, str):
+        if deserializer != "json":
+            raise ConfigError(
+                "deserializer", f"must be 'json' or a function of the value bytes, got {deserializer!r}"
+            )
+        return _json
+    return deserializer

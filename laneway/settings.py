@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
+from pydantic_core import PydanticCustomError
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
@@ -137,7 +138,7 @@ class AppSettings(BaseModel):
     concurrency: int = Field(default=64, ge=1, le=10_000)
     #: the asyncio pool's loop: uvloop when installed, or one of the two explicitly
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
-    #: tune the interpreter's garbage collector for a stream of short-lived events (see tune_gc)
+    #: tune the interpreter's garbage collector for a stream of short-lived events (laneway.lifecycle.tune_gc)
     gc_tuning: bool = True
     backpressure: InstanceOf[Backpressure] = Backpressure()
     timeouts: InstanceOf[Timeouts] = Timeouts()
@@ -163,8 +164,17 @@ class AppSettings(BaseModel):
     @field_validator("consumers", "concurrency", mode="before")
     @classmethod
     def _whole(cls, v: Any) -> Any:
-        if isinstance(v, bool):  # an int to pydantic, and True would mean 1
-            raise ValueError(f"must be a whole number, got {v!r}")
+        # an int, as Retry(max_attempts=...) takes: pydantic would take "10", 10.0 and True (as 1)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise PydanticCustomError("whole_number", "must be a whole number, got {got}", {"got": repr(v)})
+        return v
+
+    @field_validator("gc_tuning", mode="before")
+    @classmethod
+    def _flag(cls, v: Any) -> Any:
+        # pydantic would take "no", 0 and "off" as False
+        if not isinstance(v, bool):
+            raise PydanticCustomError("flag", "must be True or False, got {got}", {"got": repr(v)})
         return v
 
     @field_validator("bootstrap_servers")

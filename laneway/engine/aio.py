@@ -211,6 +211,7 @@ class AsyncPool:
             # the handler's own (a socket's, a client's) too: a failure like any other
             if limit is not None and limit.expired():
                 self._engine.metrics.stuck(ev.topic)
+                exc.args = (f"handler timed out after {spec.timeout}s",)  # asyncio's is bare
                 logger.warning("handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev)
             return exc
         except BaseException as exc:

@@ -121,12 +121,12 @@ class Backpressure:
     max_key_share: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.max_events < 1:
-            raise ConfigError("backpressure.max_events", f"must be >= 1, got {self.max_events}")
-        if self.max_bytes < 1:
-            raise ConfigError("backpressure.max_bytes", f"must be >= 1, got {self.max_bytes}")
-        if not 0 < self.resume_at < 1:
-            raise ConfigError("backpressure.resume_at", f"must be within (0, 1), got {self.resume_at}")
+        for name in ("max_events", "max_bytes"):
+            n = getattr(self, name)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ConfigError(f"backpressure.{name}", f"must be a whole number >= 1, got {n!r}")
+        if not is_number(self.resume_at) or not 0 < self.resume_at < 1:
+            raise ConfigError("backpressure.resume_at", f"must be within (0, 1), got {self.resume_at!r}")
         if not is_number(self.max_key_share) or not 0 < self.max_key_share <= 1:
             raise ConfigError(
                 "backpressure.max_key_share", f"must be within (0, 1], got {self.max_key_share!r}"

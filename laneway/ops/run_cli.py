@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import traceback
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,9 @@ from laneway.kafka import secrets
 from laneway.kafka.client_config import active
 from laneway.ops.bootstrap import with_client_config
 from laneway.ops.log_level import LogLevel, setup_logging
+
+if TYPE_CHECKING:
+    from laneway.app import App
 
 __all__ = ["load_app", "register"]
 
@@ -60,8 +63,9 @@ def register(app: typer.Typer) -> None:
 
         Exit codes: 0 after a signal's drain; 130 after a second Ctrl-C; 2 for a bad setting,
         found while the module builds its app or at start (a missing topic, no broker, a metrics
-        port in use); 1 when the app halted while running (on_failure="halt", a dead letter that
-        could not be written).
+        port in use), or for an app its module ran as it was imported (an app.run() not under
+        if __name__ == "__main__"); 1 when the app halted while running (on_failure="halt", a
+        dead letter that could not be written).
         """
         from laneway.app import App
 
@@ -89,6 +93,9 @@ def register(app: typer.Typer) -> None:
         if not isinstance(obj, App):
             typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
             raise typer.Exit(2)
+        if obj.state != "new":  # its module ran it as it was imported: once is all an App runs
+            typer.secho(f"error: {_ran_at_import(target, obj)}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2)
         try:
             obj.settings = obj.settings.serving_metrics(port=metrics_port, host=metrics_host)
         except LanewayError as exc:  # --metrics-port 99999
@@ -107,6 +114,18 @@ def register(app: typer.Typer) -> None:
         except LanewayError as exc:  # the app halted while running
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(1) from None
+
+
+def _ran_at_import(target: str, app: App) -> str:
+    """The error for an app its module started while ``laneway run`` imported it (an
+    ``app.run()`` with no ``if __name__`` guard); a running one is shut down first."""
+    if app.state == "stopped":
+        done = "already ran (and stopped) while its module was imported: an app.run() at its top level"
+    else:
+        app.shutdown()
+        done = "was started while its module was imported: an app.start() or app.run() at its top level"
+    guard = 'guard that call with `if __name__ == "__main__":` and `laneway run` runs the app'
+    return f"{target} {done}; {guard}"
 
 
 def _where(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from laneway import App, ConfigError, ExactlyOnce, MetricsServer, Timeouts
-from laneway.app import GC_THRESHOLD, tune_gc
+from laneway.lifecycle import GC_THRESHOLD, tune_gc
 from laneway.settings import replica
 
 
@@ -266,3 +266,30 @@ def test_the_apps_bootstrap_servers_win_over_one_in_its_client_settings(tmp_path
     assert app._producer_config()["bootstrap.servers"] == "kafka-1:9093"
     other = App("y", bootstrap_servers="kafka-1:9093", kafka_config={"bootstrap.servers": "b:2"})
     assert other._client_config()["bootstrap.servers"] == "kafka-1:9093"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("concurrency", "10"),
+        ("concurrency", 10.0),
+        ("concurrency", True),
+        ("consumers", "2"),
+        ("consumers", 2.0),
+        ("gc_tuning", "no"),
+        ("gc_tuning", 0),
+        ("gc_tuning", None),
+    ],
+)
+def test_app_options_of_the_wrong_type_are_refused_naming_them(option: str, value: object) -> None:
+    # as Retry(max_attempts="3") and Timeouts(shutdown="30") are: pydantic's lax mode took
+    # concurrency="10" as 10, and gc_tuning="no" or 0 as False
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", **{option: value})
+    assert info.value.field == option
+    assert repr(value) in info.value.reason
+
+
+def test_app_options_of_the_right_type_pass() -> None:
+    s = App("a", bootstrap_servers="127.0.0.1:9092", concurrency=10, consumers=2, gc_tuning=False).settings
+    assert (s.concurrency, s.consumers, s.gc_tuning) == (10, 2, False)

@@ -31,6 +31,15 @@ def test_should_retry_only_listed_errors_and_attempts_left() -> None:
         (lambda: Delay(seconds=-1), "delay.seconds"),
         (lambda: Backpressure(max_events=0), "backpressure.max_events"),
         (lambda: Backpressure(resume_at=1.0), "backpressure.resume_at"),
+        # a wrong type was a bare TypeError from a comparison, naming no field
+        (lambda: Backpressure(max_events="20000"), "backpressure.max_events"),
+        (lambda: Backpressure(max_events=None), "backpressure.max_events"),
+        (lambda: Backpressure(max_events=1.5), "backpressure.max_events"),  # was accepted
+        (lambda: Backpressure(max_events=True), "backpressure.max_events"),
+        (lambda: Backpressure(max_bytes="1"), "backpressure.max_bytes"),
+        (lambda: Backpressure(max_bytes=1e6), "backpressure.max_bytes"),
+        (lambda: Backpressure(resume_at="0.5"), "backpressure.resume_at"),
+        (lambda: Backpressure(resume_at=None), "backpressure.resume_at"),
         (lambda: App("x", bootstrap_servers="127.0.0.1:9092", concurrency=0), "concurrency"),
         (lambda: App("x", bootstrap_servers="nohostport"), "bootstrap_servers"),
         (lambda: App("x", bootstrap_servers="127.0.0.1:1", group_id="bad group!"), "group_id"),

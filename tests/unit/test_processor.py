@@ -392,6 +392,22 @@ def test_async_timeout_retries_then_dead_letters(
     assert proc.drain(10)
     [(ev, err, _, _)] = sink.sent
     assert isinstance(err, TimeoutError) and ev.attempt == 2
+    # the dead letter's message: asyncio.timeout's own is empty ("TimeoutError: ")
+    assert str(err) == "handler timed out after 0.05s"
+
+
+def test_an_async_handler_s_own_timeout_error_keeps_its_message(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    async def handle(ev: Event) -> None:
+        raise TimeoutError("the payments service did not answer")
+
+    spec = HandlerSpec(topic="t", fn=handle, timeout=5.0, retry=Retry(max_attempts=1))
+    proc, sink = make(spec, partitions=1)
+    proc.submit([Event("t", 0, 0, b"a", b"x")])
+    assert proc.drain(10)
+    [(_, err, _, _)] = sink.sent
+    assert str(err) == "the payments service did not answer"
 
 
 @pytest.mark.parametrize("timeout", [None, 5.0])

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from laneway.engine import gaps
@@ -111,23 +111,30 @@ def lag(bootstrap: str, group: str, topic: str, partitions: int) -> int | None:
 
 
 def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 60) -> list[Message]:
+    """Every record of ``topic``, from the start of each partition to its end, once at least
+    ``expect`` have come (more than expected would be a finding too). Read after the writers
+    have stopped: the end of each partition is then all it will hold."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"chaos-reader-{topic}-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
-    c.subscribe([topic])
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out: list[Message] = []
+    at_end: set[int] = set()
     deadline = time.monotonic() + timeout
-    while len(out) < expect and time.monotonic() < deadline:
-        out.extend(m for m in c.consume(100, 0.5) if m.error() is None)
-    # a little longer: more than expected would be a finding too
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-        out.extend(m for m in c.consume(100, 0.2) if m.error() is None)
+    while (len(out) < expect or len(at_end) < len(parts)) and time.monotonic() < deadline:
+        for m in c.consume(100, 0.5):
+            err = m.error()
+            if err is None:
+                out.append(m)
+                at_end.discard(int(m.partition() or 0))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                at_end.add(int(m.partition() or 0))
     c.close()
     return out
 

@@ -34,6 +34,9 @@ def _consumer(bootstrap: str, group: str) -> Consumer:
             "enable.auto.commit": False,
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": 10000,
+            # a member learns of a rebalance at its next heartbeat (3 s by default): the
+            # cooperative protocol's two rounds, each a heartbeat away
+            "heartbeat.interval.ms": 500,
         }
     )
 

@@ -5,6 +5,7 @@ a left-out value back from the original topic, and stops, sending nothing, when 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
@@ -180,26 +181,34 @@ def test_a_redrive_refused_by_its_target_names_the_letter_and_loses_nothing(
 
 
 def _read_committed(bootstrap: str, topic: str) -> dict[bytes | None, bytes | None]:
-    """Every record a read_committed reader sees on ``topic``, by key."""
-    from confluent_kafka import Consumer
+    """Every record a read_committed reader sees on ``topic``, by key: its one partition read to
+    the end of the log, once every transaction on it has its marker (the last stable offset is
+    the high watermark: nothing is left to decide)."""
+    from confluent_kafka import Consumer, KafkaError
 
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"committed-{os.urandom(4).hex()}",
-            "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
+    tp = TopicPartition(topic, 0, 0)
     try:
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([tp])
         out: dict[bytes | None, bytes | None] = {}
-        idle = 0
-        while idle < 4:
-            batch = [m for m in c.consume(100, 0.5) if m.error() is None]
-            idle = 0 if batch else idle + 1
-            out.update((m.key(), m.value()) for m in batch)
-        return out
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "a transaction on the topic was left open"
+            for m in c.consume(100, 0.5):
+                err = m.error()
+                if err is None:
+                    out[m.key()] = m.value()
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    _, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+                    if c.position([tp])[0].offset >= high:
+                        return out
     finally:
         c.close()

@@ -15,6 +15,7 @@ from laneway.kafka.dlq import KafkaDeadLetters
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets
 from tests.integration.test_engine import _read_all
+from tests.integration.test_producer import read_records
 from tests.unit.test_processor import wait_for
 
 Landed = dict[bytes, tuple[int, int]]  # value -> (partition, offset)
@@ -67,7 +68,9 @@ def test_poison_records_among_many_keys_are_each_dead_lettered_once_and_the_rest
     assert app.run_until(lambda: len(done) == 4000 - len(poison), timeout=60)
     assert set(done) == {v for _, v in records} - poison
 
-    letters = _read_all(kafka_bootstrap, dlq, len(poison) + 1, timeout=5)  # one more: none comes
+    # the app has stopped, its letters acknowledged: the whole topic, read to the end of each
+    # partition, holds them and nothing else (one more is asked for: none may come)
+    letters = read_records(kafka_bootstrap, dlq, len(poison) + 1)
     assert len(letters) == len(poison) == 42
     seen = set()
     for m in letters:
@@ -133,7 +136,7 @@ def test_a_letter_waiting_for_its_acknowledgement_holds_its_key_and_the_commit_n
         wait_for(lambda: len(handled) == 2303, timeout=30)
         assert handled[-3:] == [b"p-after-0", b"p-after-1", b"p-after-2"]
     assert app.fatal is None
-    [letter] = _read_all(kafka_bootstrap, dlq, 2, timeout=5)
+    [letter] = read_records(kafka_bootstrap, dlq, 2)  # to the end of the topic: one letter, no more
     assert letter.value() == b"poison"  # type: ignore[attr-defined]
     assert committed(kafka_bootstrap, group_id, topic, 1) == {0: 2304}
 

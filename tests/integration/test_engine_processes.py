@@ -134,28 +134,33 @@ def test_sigterm_drains_and_commits_finished_work(
         assert offsets == list(range(got[p])), p
 
 
-def _read_values(bootstrap: str, topic: str, isolation: str, timeout: float = 10) -> list[int]:
-    from confluent_kafka import Consumer
+def _read_values(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60) -> list[int]:
+    """Every value of ``topic``, from the start of each partition to its end, once at least
+    ``expect`` have come (more would be a finding). Read after the writers have stopped."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"read-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
             "isolation.level": isolation,
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
-    c.subscribe([topic])
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     values: list[int] = []
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < timeout:
-        msgs = c.consume(500, 0.5)
-        if msgs:
-            idle_since = time.monotonic()
-        values.extend(int(m.value() or b"-1") for m in msgs if m.error() is None)
-        if values and not msgs and time.monotonic() - idle_since > 2:
-            break
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while (len(values) < expect or len(at_end) < len(parts)) and time.monotonic() < deadline:
+        for m in c.consume(500, 0.5):
+            err = m.error()
+            if err is None:
+                values.append(int(m.value() or b"-1"))
+                at_end.discard(int(m.partition() or 0))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                at_end.add(int(m.partition() or 0))
     c.close()
     return values
 
@@ -200,5 +205,5 @@ def test_exactly_once_outputs_survive_a_kill(
     second.send_signal(signal.SIGTERM)
     assert second.wait(40) == 0
 
-    seen = _read_values(kafka_bootstrap, output, "read_committed")
+    seen = _read_values(kafka_bootstrap, output, "read_committed", n)
     assert sorted(seen) == list(range(n))  # every input exactly once, none twice, none lost

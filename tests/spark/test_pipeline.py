@@ -115,8 +115,9 @@ def test_replay_of_the_whole_topic_changes_nothing(
         # a fresh checkpoint: from the earliest offsets again
         checkpoint=f"{landed.checkpoint}-replay-{suspects_max}",
         # several batches: a run's first batch looks every key up in entity_history, the next
-        # ones only those of entities stored at or above the batch's versions
-        max_offsets_per_trigger=30,
+        # ones only those of entities stored at or above the batch's versions (40 of the topic's
+        # 99 records a batch: 3 batches, the fewest the assertion below takes)
+        max_offsets_per_trigger=40,
         compact_every=0,
     )
     result = run_pipeline(settings, spark)
@@ -208,8 +209,9 @@ def test_batch_failed_between_commits_is_replayed_exactly_once(
             raise RuntimeError(f"{failing} failed (injected)")
         real(*args, **kwargs)
 
+    # 40 of the topic's 99 records a batch: 3 batches, the failed one the second, not the last
     settings = settings_under(
-        tmp_path, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=30, compact_every=0
+        tmp_path, kafka_bootstrap, catalog_topic.topic, max_offsets_per_trigger=40, compact_every=0
     )
     monkeypatch.setattr(merge, failing, fail_on_the_second_batch)
     with pytest.raises(pipeline.PipelineError, match="injected"):
@@ -279,7 +281,7 @@ def test_deletion_vectors_on_an_existing_entities_table(
         tmp_path,
         kafka_bootstrap,
         catalog_topic.topic,
-        max_offsets_per_trigger=30,
+        max_offsets_per_trigger=40,  # 3 batches of the topic's 99 records
         compact_every=0,
         deletion_vectors=True,
     )

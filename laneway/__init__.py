@@ -9,11 +9,13 @@ from laneway.engine.events import Event
 from laneway.engine.policies import Backpressure, Delay, ExactlyOnce, MetricsServer, Retry, Timeouts
 from laneway.errors import ConfigError, DeadLetterError, EngineStopped, HandlerFailed, LanewayError
 from laneway.kafka.commit import OutputError
+from laneway.lifecycle import AppStateError
 from laneway.settings import Tracing
 
 __all__ = [
     "App",
     "AppSettings",
+    "AppStateError",
     "Backpressure",
     "ConfigError",
     "DeadLetterError",

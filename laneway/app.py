@@ -123,7 +123,8 @@ class App:
             )
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise ConfigError(".".join(str(p) for p in first["loc"]), first["msg"]) from None
+            reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own
+            raise ConfigError(".".join(str(p) for p in first["loc"]), reason) from None
         if self.settings.tracing is not None:
             try:
                 import laneway.monitor.tracing  # noqa: F401

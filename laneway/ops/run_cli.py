@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
             typer.secho(f"error: {exc}{_where(exc)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
         if not isinstance(obj, App):
-            typer.secho(f"error: {target} is a {type(obj).__name__}, not a laneway.App", err=True, fg="red")
+            kind = type(obj).__name__
+            typer.secho(f"error: {target} is of type {kind}, not a laneway.App", err=True, fg="red")
             raise typer.Exit(2)
         if obj.state != "new":  # its module ran it as it was imported: once is all an App runs
             typer.secho(f"error: {_ran_at_import(target, obj)}", err=True, fg=typer.colors.RED)

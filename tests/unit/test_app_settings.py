@@ -55,6 +55,7 @@ def test_kafka_config_may_not_take_the_keys_laneway_sets(key: str, value: object
         App("a", bootstrap_servers="127.0.0.1:9092", kafka_config={key: value})
     assert info.value.field == "kafka_config"
     assert key in str(info.value)
+    assert "Value error" not in str(info.value)  # pydantic's prefix is not the user's business
 
 
 def test_kafka_config_takes_other_keys_and_auto_commit_off() -> None:

@@ -12,6 +12,7 @@ def test_top_level_exports() -> None:
     assert sorted(laneway.__all__) == [
         "App",
         "AppSettings",
+        "AppStateError",
         "Backpressure",
         "ConfigError",
         "DeadLetterError",
@@ -43,7 +44,14 @@ def test_every_module_declares_all() -> None:
 
 
 def test_exception_tree_has_one_root() -> None:
-    for name in ("ConfigError", "DeadLetterError", "EngineStopped", "HandlerFailed", "OutputError"):
+    for name in (
+        "AppStateError",
+        "ConfigError",
+        "DeadLetterError",
+        "EngineStopped",
+        "HandlerFailed",
+        "OutputError",
+    ):
         assert issubclass(getattr(laneway, name), laneway.LanewayError)
 
 

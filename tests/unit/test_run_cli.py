@@ -49,3 +49,13 @@ def test_an_error_in_the_apps_module_names_its_file_and_line(
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "invalid literal for int()" in lines[0], lines
     assert f"({tmp_path / 'badmodapp.py'}, line 2)" in lines[0], lines
+
+
+def test_a_target_that_is_not_an_app_names_its_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "notanapp.py").write_text("app = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", "notanapp:app"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == "error: notanapp:app is of type int, not a laneway.App"  # not "a int"

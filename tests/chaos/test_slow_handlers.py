@@ -105,8 +105,12 @@ def test_async_handler_past_its_timeout_is_retried_then_dead_lettered(
     # one hung event recovers on its 2nd attempt; the other hangs 3 times and is dead-lettered
     assert attempts[hang_once] == 2 and attempts[hang_always] == 3
     assert stuck == 4
-    timed_out = [r for r in engine_log.records if "timed out" in r.getMessage()]
+    timed_out = [r for r in engine_log.records if r.getMessage().startswith("handler for ")]
     assert len(timed_out) == 4 and all(r.levelno == logging.WARNING for r in timed_out)
+    assert all("timed out after 0.5s" in r.getMessage() for r in timed_out)
+    # the dead letter says why: its error names the timeout (asyncio's own TimeoutError is bare)
+    lettered = [r for r in engine_log.records if r.getMessage().startswith("dead-lettered ")]
+    assert len(lettered) == 1 and "TimeoutError: handler timed out after 0.5s" in lettered[0].getMessage()
     assert all(end - start < 5 for start, end in hanging)  # cancelled at the timeout, not after 60 s
     # every other record exactly once, each key in produce order
     per_key: dict[str, list[int]] = {}

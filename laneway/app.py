@@ -394,12 +394,9 @@ class App:
         return out
 
     def stop(self) -> None:
-        """Start a graceful shutdown and return at once (from any thread, or a signal handler).
-
-        The shutdown is :meth:`shutdown`'s, on a background (daemon) thread: ``run()`` and
-        ``run_until()`` wait for it and return; after :meth:`start`, a program that ends at
-        once cuts it short: call :meth:`shutdown` to wait for it. Before the start, the app
-        shuts down as soon as it has started."""
+        """Start a graceful shutdown (:meth:`shutdown`'s, on a daemon thread) and return at once,
+        from any thread or a signal handler; ``run()`` waits for it, after :meth:`start` call
+        :meth:`shutdown` to wait. Before the start, the app shuts down once it has started."""
         self._life.stopping.set()
 
     def shutdown(self) -> None:

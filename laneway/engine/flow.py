@@ -14,7 +14,7 @@ A consumer's turn (:mod:`laneway.kafka.source`) asks two questions:
 
 The rules (:class:`~laneway.engine.policies.Backpressure`):
 
-- a partition holding its share of the event cap, or with a key over the key cap, is paused;
+- a partition within a batch of its share of the event cap, or with a key over the key cap, is paused;
   it resumes at ``resume_at`` of its share (and once the key is down to ``resume_at`` of its
   cap); the engine takes at most a partition's room left under its share;
 - above either cap, or while draining, every partition is paused (with shares that fit the
@@ -154,6 +154,7 @@ def intake(
     hot: Set[P],
     total: int | None = None,
     waiting: Set[P] | None = None,
+    batch: int = 1,
 ) -> Intake[P]:
     """This turn's per-partition pauses and resumes.
 
@@ -170,7 +171,12 @@ def intake(
     ``waiting``: the partitions with records in the client or the broker still to take (None:
     all). Shares are kept only while one of them is starved, holding under ``resume_at`` of its
     share: a pause makes the client drop what it prefetched for the partition, so pausing at the
-    share when nobody else needs the room halves an I/O handler's throughput."""
+    share when nobody else needs the room halves an I/O handler's throughput.
+
+    ``batch``: the records one fetch may take (:func:`batch_wanted`). A partition with less
+    room than that under its share is at its share: a fetch would carry it past its share by
+    up to a batch, and partitions past their shares fill the cap while the last ones to come
+    wait for room (12 partitions of a 1 ms handler took 0.5 s to all be busy)."""
     low = share * bp.resume_at
     uncontended = total is not None and total <= bp.max_events * bp.resume_at
     starved = waiting is None or any(held.get(p, 0) <= low and p not in held_back for p in waiting)
@@ -182,7 +188,7 @@ def intake(
             if (n <= low or (uncontended and n < share) or not starved) and p not in hot:
                 resume.append(p)
                 headroom[p] = share - n
-        elif (n >= share and starved) or p in hot:
+        elif (n > share - batch and starved) or p in hot:
             pause.append(p)
         else:
             headroom[p] = share - n

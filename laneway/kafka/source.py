@@ -3,8 +3,8 @@
 Each :class:`KafkaSource` owns a confluent-kafka ``Consumer`` (cooperative-sticky by
 default, manual commits) and runs a loop of five named steps:
 
-1. share fairly (:meth:`KafkaSource._share_fairly`): pause the partitions that hold their
-   share of the event cap (or a key over its cap), resume those back under it, as
+1. share fairly (:meth:`KafkaSource._share_fairly`): pause the partitions within a batch of
+   their share of the event cap (or with a key over its cap), resume those back under it, as
    :func:`laneway.engine.flow.intake` says;
 2. make room (:meth:`KafkaSource._make_room`): near the event cap, wait briefly for the
    workers to make room for a batch;
@@ -126,11 +126,9 @@ class KafkaSource(RebalanceCallbacks):
         self._metadata_limit = metadata_limit()
         self._paused = False
         # fair intake (laneway.engine.flow.intake): the partitions paused at their share, the
-        # room the fetching ones have under theirs (None: share - events_in_memory at least)
+        # room the fetching ones have under theirs (None: share - events_in_memory at least);
+        # for partition-ordered topics only (docs/guarantees.md, "Memory", says why)
         self._held_back: set[tuple[str, int]] = set()
-        # shares are kept for partition-ordered topics only: a key-ordered topic's partition
-        # feeds many lanes, and pausing it at a share drops the client's prefetched records
-        # (half the throughput of a 5 ms async I/O handler) for no lane that would starve
         self._fair_topics = processor.partition_ordered if processor is not None else frozenset()
         self._headroom: dict[tuple[str, int], int] | None = None
         self._room_min = backpressure.max_events
@@ -219,14 +217,15 @@ class KafkaSource(RebalanceCallbacks):
                 next_lag = now + 5.0
 
     def _share_fairly(self) -> int:
-        """Pause the partitions at their share of the event cap or with a key over the key cap,
-        resume those back under it (:func:`laneway.engine.flow.intake`); return the batch worth
-        a trip to the client.
+        """Pause the partitions within a batch of their share of the event cap or with a key over
+        the key cap, resume those back under it (:func:`laneway.engine.flow.intake`); return the
+        batch worth a trip to the client.
 
         While the engine holds less than ``resume_at`` of one share and no partition is held
         back, no partition can be near its share: nothing is looked at per partition."""
         processor, bp = self._processor, self._bp
         self._share = share_ = share(bp, processor.partitions)
+        want = batch_wanted(bp, self._batch, share_)
         hot = processor.hot_partitions(self._key_low, owner=self)
         events = processor.events_in_memory
         if (not self._held_back and not hot and events <= share_ * bp.resume_at) or not (
@@ -234,7 +233,7 @@ class KafkaSource(RebalanceCallbacks):
         ):
             self._headroom = None
             self._room_min = share_ - events
-            return batch_wanted(bp, self._batch, share_)
+            return want
         held_back = self._held_back
         held_back &= self._assigned  # forget revoked partitions
         fair = self._fair_topics
@@ -251,6 +250,7 @@ class KafkaSource(RebalanceCallbacks):
             hot=hot,
             total=events,
             waiting=self._waiting(held, share_ * bp.resume_at),
+            batch=want,
         )
         if turn.pause:
             held_back.update(turn.pause)
@@ -267,7 +267,7 @@ class KafkaSource(RebalanceCallbacks):
             logger.debug("%d partition(s) at their share of %d events", len(held_back), share_)
         self._headroom = turn.headroom
         self._room_min = min(turn.headroom.values(), default=0)
-        return batch_wanted(bp, self._batch, share_)
+        return want
 
     def _waiting(self, held: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
         """Of the partitions holding at most ``low`` events, those with records still to take

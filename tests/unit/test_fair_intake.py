@@ -122,6 +122,59 @@ def test_no_partition_starves_while_it_has_records(
         assert all(n <= share_ for n in held.values())
 
 
+def test_a_partition_within_a_batch_of_its_share_pauses() -> None:
+    """A fetch takes a batch in the client's order, whatever the partition: one with less room
+    than a batch under its share would pass it, so it counts as at its share."""
+    held = {0: 2_300, 1: 0, 2: 2_000}
+    turn = intake(BP, share=2_500, held=held, held_back=set(), hot=set(), batch=500)
+    assert turn.pause == [0] and turn.headroom == {1: 2_500, 2: 500}
+    assert intake(BP, share=2_500, held=held, held_back=set(), hot=set()).pause == []  # batch 1
+
+
+@given(
+    max_events=st.integers(100, 5_000),
+    resume_at=st.floats(0.05, 0.95),
+    partitions=st.integers(2, 8),
+    batch_size=st.integers(1, 1_000),
+    order=st.lists(st.integers(0, 7), min_size=1, max_size=8),
+    turns=st.lists(st.lists(st.integers(0, 3_000), min_size=8, max_size=8), max_size=40),
+)
+def test_a_fetch_in_the_clients_order_never_carries_a_partition_past_its_share(
+    max_events: int,
+    resume_at: float,
+    partitions: int,
+    batch_size: int,
+    order: list[int],
+    turns: list[list[int]],
+) -> None:
+    """The consumer's turn as KafkaSource runs it: the client returns one partition's records
+    after another (a deep backlog on every partition), and a fetch takes a batch of them in
+    that order, as many as the least headroom or a batch worth the trip, whichever is more.
+    While a partition starves, none holds more than its share: the last partitions to come
+    find their room under the cap (12 partitions once took 0.5 s to all be busy)."""
+    bp = Backpressure(max_events=max_events, resume_at=resume_at)
+    share_ = share(bp, partitions)
+    want = batch_wanted(bp, batch_size, share_)
+    held = dict.fromkeys(range(partitions), 0)
+    held_back: set[int] = set()
+    fetch_order = [p for p in dict.fromkeys(order + list(range(8))) if p < partitions]
+    for finished in turns:
+        for p in held:
+            held[p] -= min(held[p], finished[p])
+        starved = any(n <= share_ * resume_at and p not in held_back for p, n in held.items())
+        turn = intake(bp, share=share_, held=held, held_back=held_back, hot=set(), batch=want)
+        held_back = (held_back | set(turn.pause)) - set(turn.resume)
+        room = max_events - sum(held.values())
+        take = min(room, max(min(turn.headroom.values(), default=0), want))
+        for p in fetch_order:
+            if p in held_back or take <= 0:
+                continue
+            held[p] += take  # a deep backlog: the batch is this partition's records
+            take = 0
+        if starved and share_ * partitions <= max_events:
+            assert all(n <= share_ for n in held.values()), (held, share_, want)
+
+
 # ---------------------------------------------------------------------------- hot keys
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,11 @@ Commits = dict[tuple[str, int], tuple[int, str | None]]
 _REBALANCING = frozenset(
     {KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID}
 )
+
+#: how long a commit waits for its emitted records' acknowledgements (s)
+FLUSH_TIMEOUT = 60.0
+#: after a stop, the least time a flush gets, so a healthy final commit's outputs go through (s)
+MIN_FLUSH = 5.0
 
 #: the broker's default ``offset.metadata.max.bytes``: Laneway does not read the broker's
 #: setting, so a broker configured below it refuses commits with long metadata
@@ -120,7 +126,8 @@ class Committer:
 
     The verbs: :meth:`start` (before the first poll), :meth:`commit` (blocks while it produces
     and flushes, or for a synchronous commit), :meth:`on_commit` (the client's callback for an
-    asynchronous commit), :meth:`take_recommit`, :meth:`close` (flushes for up to 10 s).
+    asynchronous commit), :meth:`take_recommit`, :meth:`stopping` (a shutdown bounds the flushes),
+    :meth:`close` (flushes for up to 10 s).
     """
 
     def __init__(
@@ -134,19 +141,36 @@ class Committer:
         #: why emitted records could not be produced, once they could not: they were taken from
         #: the ledger, so no commit may pass them afterwards (the app's final one neither)
         self.failed: BaseException | None = None
+        #: the first delivery's failure: its topic and the broker's reason
+        self._produce_error: str | None = None
+        #: after a stop: when a flush gives up waiting (monotonic; None: FLUSH_TIMEOUT only)
+        self._flush_until: float | None = None
+        self._told = False
 
     def _refused(self, commits: Commits) -> bool:
-        """After a failed produce, refuse ``commits`` (logged): the records whose outputs were
-        lost run again on restart, from the last commit before the failure."""
+        """After a failed produce, refuse ``commits`` (logged once; the failure itself is the
+        halt's error): the records whose outputs were lost run again on restart, from the last
+        commit before the failure."""
         if self.failed is None:
             return False
-        logger.error(
-            "not committing %d partition(s): emitted records could not be produced (%s); the records "
-            "since the last commit run again on restart",
-            len(commits),
-            self.failed,
-        )
+        if not self._told:
+            self._told = True
+            logger.warning(
+                "not committing %d partition(s) past the emitted records not produced; the records "
+                "since the last commit run again on restart",
+                len(commits),
+            )
         return True
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        """A delivery report: the first failure is kept, naming its topic and the broker's reason."""
+        if err is not None and self._produce_error is None:
+            self._produce_error = f"to {msg.topic()}: {err.str()} ({err.name()})"
+
+    def stopping(self, grace: float) -> None:
+        """The app stops: a flush waits ``grace`` seconds more (at least :data:`MIN_FLUSH` from its
+        start), then gives up; its records' commit is refused (:class:`OutputError`)."""
+        self._flush_until = time.monotonic() + grace
 
     def start(self) -> None:
         """Ready the producer (a transactional one registers its id)."""
@@ -188,6 +212,8 @@ class Committer:
     def close(self) -> None:
         if self._producer is not None:
             try:
+                if self.failed is not None:  # their commit is refused: nothing left is worth waiting for
+                    self._producer.purge()
                 self._producer.flush(10)
             except KafkaException as exc:  # fatal: the loop stopped on it (serve), say it once
                 logger.error("closing the output producer: %s", exc)
@@ -202,8 +228,6 @@ class AtLeastOnceCommitter(Committer):
         self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
     ) -> None:
         super().__init__(consumer, processor, metrics, producer)
-        #: the first delivery's failure: its topic and the broker's reason
-        self._produce_error: str | None = None
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
@@ -233,14 +257,20 @@ class AtLeastOnceCommitter(Committer):
     def _produce_all(self, outputs: list[Output]) -> None:
         producer = self._producer
         assert producer is not None
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is not None and self._produce_error is None:
-                self._produce_error = f"to {msg.topic()}: {err.str()} ({err.name()})"
-
-        produce(producer, outputs, delivered)
-        if producer.flush(60) != 0 or self._produce_error is not None:
-            why = self._produce_error or ": the flush timed out after 60s"
+        produce(producer, outputs, self._delivered)
+        started = time.monotonic()
+        limit = started + FLUSH_TIMEOUT
+        left = 0
+        # in slices: a stop (another thread) shortens the wait of a flush under way
+        while self._produce_error is None:
+            if self._flush_until is not None:
+                limit = min(limit, max(self._flush_until, started + MIN_FLUSH))
+            left = producer.flush(max(0.0, min(0.5, limit - time.monotonic())))
+            if left == 0 or time.monotonic() >= limit:
+                break
+        if left != 0 or self._produce_error is not None:
+            waited = time.monotonic() - started
+            why = self._produce_error or _unacknowledged(producer, outputs, waited)
             raise OutputError(f"emitted records could not be produced {why}")
 
 
@@ -265,15 +295,18 @@ class TransactionalCommitter(Committer):
         outputs = self._processor.take_outputs({tp: pos for tp, (pos, _) in commits.items()})
         try:
             producer.begin_transaction()
-            produce(producer, outputs, None)  # delivery failures surface in commit_transaction
+            produce(producer, outputs, self._delivered)  # reports served by commit_transaction's flush
             producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
             self._metrics.commit(True)
         except KafkaException as exc:
             self._metrics.commit(False)
-            self.failed = OutputError(
-                f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed: {exc}"
-            )
+            producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
+            what = f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed"
+            if (why := self._produce_error) is not None:  # as at least once: the topic and the reason
+                self.failed = OutputError(f"emitted records could not be produced {why}; {what}")
+            else:
+                self.failed = OutputError(f"{what}: {exc}")
             raise self.failed from exc
 
 
@@ -303,6 +336,23 @@ def make_committer(
         return TransactionalCommitter(consumer, processor, metrics, Producer(pconf, logger=_PRODUCER_LOG))
     producer = Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
     return AtLeastOnceCommitter(consumer, processor, metrics, producer)
+
+
+def _unacknowledged(producer: Producer, outputs: list[Output], waited: float) -> str:
+    """Why ``outputs`` were not acknowledged in time: a topic's metadata error when the broker
+    gives one (a missing topic, before librdkafka's own ``topic.metadata.propagation.max.ms``
+    reports it), else the wait. A few topics, asked for 2 s at most."""
+    topics = sorted({out[0] for out in outputs})
+    deadline = time.monotonic() + 2.0
+    for topic in topics[:3]:
+        try:
+            meta = producer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException:
+            break
+        err = meta.topics[topic].error if topic in meta.topics else None
+        if err is not None:
+            return f"to {topic}: {err.str()} ({err.name()})"
+    return f"to {', '.join(topics)}: not acknowledged within {waited:.0f}s"
 
 
 def produce(

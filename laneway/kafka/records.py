@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message, TopicPartition
 
 from laneway.engine.events import Event
 
-__all__ = ["events_of"]
+__all__ = ["events_of", "within_cap"]
 
 
 def events_of(msgs: list[Message]) -> list[Event]:
@@ -29,3 +29,28 @@ def events_of(msgs: list[Message]) -> list[Event]:
         for msg in msgs
         if msg.error() is None
     ]
+
+
+def within_cap(
+    consumer: Consumer, msgs: list[Message], assigned: set[tuple[str, int]], max_accept: int
+) -> list[Message]:
+    """The batch without its records over the hard cap: each partition of ``assigned`` is
+    sought back to its first such record, to be fetched again later. A partition's share is
+    kept by pausing it (``KafkaSource._share_fairly``), not here: a batch fetched before a pause
+    took effect may pass it by that batch, where seeking back would discard the client's
+    prefetched records and stall the partition for a fetch round trip (half the throughput of
+    an I/O handler)."""
+    kept: list[Message] = []
+    rewind: dict[tuple[str, int], int] = {}
+    taken = 0
+    for msg in msgs:
+        if msg.error() is None:
+            tp: tuple[str, int] = (msg.topic(), msg.partition())  # type: ignore[assignment]
+            if tp in assigned and taken >= max_accept:
+                rewind.setdefault(tp, msg.offset())  # type: ignore[arg-type]
+                continue
+            taken += 1
+        kept.append(msg)
+    for (topic, partition), offset in rewind.items():
+        consumer.seek(TopicPartition(topic, partition, offset))
+    return kept

@@ -40,12 +40,13 @@ from laneway.engine.flow import (
 )
 from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
-from laneway.kafka.access import KafkaAccessError, as_access_error, consumer_asks, raise_if_denied
+from laneway.errors import LanewayError
+from laneway.kafka.access import as_access_error, consumer_asks, raise_if_denied
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.rebalance import RebalanceCallbacks
-from laneway.kafka.records import events_of
+from laneway.kafka.records import events_of, within_cap
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
@@ -162,10 +163,16 @@ class KafkaSource(RebalanceCallbacks):
         shutdown drain that timed out: what did not finish then will not finish now)."""
         if revoke_timeout is not None:
             self._revoke_timeout = revoke_timeout
+        self._committer.stopping(self._revoke_timeout)  # a flush under way gives up after it
         self._stop.set()
 
-    def join(self, timeout: float | None = None) -> None:
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the loop to end; False when it still runs after ``timeout`` (a halt, logged)."""
         self._thread.join(timeout)
+        if stuck := self._thread.is_alive():
+            why = f"{self._thread.name} still runs {timeout or 0:.0f}s after the stop (no final commit)"
+            self._fail(LanewayError(f"{why}: the records since the last commit run again on restart"))
+        return not stuck
 
     @property
     def alive(self) -> bool:
@@ -188,16 +195,17 @@ class KafkaSource(RebalanceCallbacks):
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as caught:  # a producer's fatal refusal: the one-line error
-            exc = as_access_error(caught, self._access)
-            self.error = exc
-            (logger.error if isinstance(exc, KafkaAccessError) else logger.exception)(
-                "consumer stopped: %s", exc
-            )
-            if self._on_fatal is not None:
-                self._on_fatal(exc)
+        except BaseException as caught:
+            self._fail(caught)
         finally:
             self._close()
+
+    def _fail(self, caught: BaseException) -> None:
+        """Stop the app on ``caught``: a refused grant or an output not produced in one line."""
+        self.error = exc = as_access_error(caught, self._access)
+        (logger.error if isinstance(exc, LanewayError) else logger.exception)("consumer stopped: %s", exc)
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
 
     def _loop(self) -> None:
         """One turn: share fairly, make room, fetch, commit if due, report the lag if due."""
@@ -379,7 +387,7 @@ class KafkaSource(RebalanceCallbacks):
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
-            msgs = self._within_cap(msgs, max_accept)
+            msgs = within_cap(self._consumer, msgs, self._assigned, max_accept)
         ready = events_of(msgs)
         if len(ready) < len(msgs):
             for msg in msgs:
@@ -389,28 +397,6 @@ class KafkaSource(RebalanceCallbacks):
             self._processor.submit(ready, owner=self)
             self._metrics.consumed(len(ready))
             self._metrics.batch(ready)
-
-    def _within_cap(self, msgs: list[Message], max_accept: int) -> list[Message]:
-        """The batch without its records over the hard cap: each partition is sought back to its
-        first such record, to be fetched again later. A partition's share is kept by pausing it
-        (:meth:`_share_fairly`), not here: a batch fetched before a pause took effect may pass
-        it by that batch, where seeking back would discard the client's prefetched records and
-        stall the partition for a fetch round trip (half the throughput of an I/O handler)."""
-        kept: list[Message] = []
-        rewind: dict[tuple[str, int], int] = {}
-        assigned = self._assigned
-        taken = 0
-        for msg in msgs:
-            if msg.error() is None:
-                tp: tuple[str, int] = (msg.topic(), msg.partition())  # type: ignore[assignment]
-                if tp in assigned and taken >= max_accept:
-                    rewind.setdefault(tp, msg.offset())  # type: ignore[arg-type]
-                    continue
-                taken += 1
-            kept.append(msg)
-        for (topic, partition), offset in rewind.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
-        return kept
 
     def _on_error(self, err: KafkaError, topic: str | None = None) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
@@ -490,6 +476,8 @@ class KafkaSource(RebalanceCallbacks):
                 self._processor.final_commits(self._assigned, owner=self, max_metadata=self._metadata_limit),
                 asynchronous=False,
             )
+        except OutputError as exc:  # its outputs not produced (a shutdown cut the wait): a halt
+            self._fail(exc)
         except Exception:
             logger.exception("final commit failed")
         try:

@@ -486,6 +486,47 @@ def test_outputs_the_broker_refuses_halt_the_app_and_no_commit_passes_them(
     assert sorted(m.key() for m in got) == sorted({m.key() for m in got}) and len(got) >= 3  # type: ignore[attr-defined]
 
 
+def test_a_shutdown_while_outputs_wait_for_a_missing_topic_halts_within_its_timeouts(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """A stop while the emitted records wait for a topic that does not exist (librdkafka would
+    wait 30 s for its metadata, the flush 60 s): the shutdown gives up after the revoke timeout
+    (at least 5 s of flushing), raises the error naming the topic and the broker's reason, and
+    commits nothing. It used to wait 20 s, return cleanly and say nothing."""
+    from laneway.kafka.commit import OutputError
+
+    source = make_topic(partitions=1)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    missing = f"missing-{source}"
+    produce_keyed(kafka_bootstrap, source, 5, keys=5)
+    calls: list[int] = []
+    app = App(
+        "outfail",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        timeouts=Timeouts(commit_interval=0.2, revoke=1),
+    )
+
+    @app.handler(source, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        ev.emit(missing, ev.value, key=ev.key)
+        calls.append(ev.offset)
+
+    asked: list[float] = []
+
+    def done() -> bool:  # a record ran, and the flush of its output is under way
+        if calls and not asked and time.sleep(0.5) is None:
+            asked.append(time.monotonic())
+        return bool(asked)
+
+    with pytest.raises(OutputError) as halted:
+        app.run_until(done, timeout=30)
+    assert time.monotonic() - asked[0] < 9  # the revoke's 1 s and the flush's 5 s, plus the close
+    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
+    assert app.fatal is halted.value and app.state == "stopped"
+    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0  # nothing committed
+
+
 def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:

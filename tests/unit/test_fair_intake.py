@@ -108,7 +108,7 @@ def test_no_partition_starves_while_it_has_records(
                     assert bp.max_events - total >= share_ - n  # and the room is there
         # the client returns records of the partitions fetching; the engine takes what fits
         # the partition's headroom and the room left under the cap, the rest is rewound (as
-        # KafkaSource._within_cap does)
+        # laneway.kafka.records.within_cap does)
         took = dict.fromkeys(held, 0)
         accept = bp.max_events - total
         for p, count in fetched:

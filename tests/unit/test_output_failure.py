@@ -4,6 +4,8 @@ one neither (at least once and exactly once). Fakes for the client; the real pro
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -65,7 +67,39 @@ class RefusingProducer:
         pass
 
     def commit_transaction(self, timeout: float) -> None:
-        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        # as librdkafka: its flush serves the delivery reports, then the commit fails
+        self.flush(timeout)
+        raise KafkaException(
+            KafkaError(
+                KafkaError._INCONSISTENT, "1 message(s) failed delivery (see individual delivery reports)"
+            )
+        )
+
+
+class Metadata:
+    def __init__(self, topic: str) -> None:
+        self.error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+class SilentProducer(RefusingProducer):
+    """Nothing is acknowledged and no delivery report comes (librdkafka waits for a missing
+    topic's metadata for 30 s); the broker's metadata says the topic does not exist."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.purged = False
+
+    def flush(self, timeout: float) -> int:
+        if self.purged:  # the queue is empty
+            return 0
+        time.sleep(min(timeout, 3.0))
+        return len(self.callbacks)
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        return type("Md", (), {"topics": {topic: Metadata(topic)}})()
+
+    def purge(self) -> None:
+        self.purged = True
 
 
 def _emitting() -> Processor:
@@ -87,8 +121,9 @@ def test_no_commit_passes_records_whose_outputs_were_refused(kind: type[AtLeastO
         assert proc.drain(5)
         with pytest.raises(OutputError) as refused:
             committer.commit({("t", 0): (3, None)}, asynchronous=False)
-        if kind is AtLeastOnceCommitter:  # the error names the topic and the broker's reason
-            assert "to out:" in str(refused.value) and "UNKNOWN_TOPIC_OR_PART" in str(refused.value)
+        # the error names the topic and the broker's reason, exactly once too (a delivery report)
+        assert "to out:" in str(refused.value) and "UNKNOWN_TOPIC_OR_PART" in str(refused.value)
+        assert str(refused.value).count("could not be produced") == 1
         # the app stops on it, and its closing commit comes next: the outputs were taken from
         # the ledger, so this one has none to produce and must not pass their records either
         committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)
@@ -111,3 +146,41 @@ def test_a_commit_refused_by_a_rebalance_is_info_and_sent_again(caplog: pytest.L
         (logging.INFO, "offset commit refused during a rebalance"),
         (logging.WARNING, "offset commit failed"),
     ]
+
+
+def test_a_stop_cuts_a_flush_short_and_the_error_names_the_missing_topic(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shutdown while outputs wait for a missing topic: the flush under way gives up once
+    the stop's grace has passed (not after 60 s), naming the topic and the broker's reason; no
+    commit passes the records, the refusal is logged once, and the close does not wait."""
+    monkeypatch.setattr("laneway.kafka.commit.MIN_FLUSH", 0.3)
+    proc = _emitting()
+    consumer = FakeConsumer()
+    producer = SilentProducer()
+    committer = AtLeastOnceCommitter(consumer, proc, PrometheusMetrics(), producer)  # type: ignore[arg-type]
+    try:
+        proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
+        assert proc.drain(5)
+        threading.Timer(0.2, committer.stopping, args=(0.1,)).start()  # the app's shutdown, meanwhile
+        started = time.monotonic()
+        with pytest.raises(OutputError) as refused:
+            committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        assert time.monotonic() - started < 2.0
+        assert str(refused.value) == (
+            "emitted records could not be produced to out: Broker: Unknown topic or partition "
+            "(UNKNOWN_TOPIC_OR_PART)"
+        )
+        with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit"):
+            for _ in range(2):
+                committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)
+        assert consumer.commits == []
+        assert [r.getMessage() for r in caplog.records] == [
+            "not committing 1 partition(s) past the emitted records not produced; the records since "
+            "the last commit run again on restart"
+        ]
+        started = time.monotonic()
+        committer.close()  # the records still queued are purged, not waited for
+        assert producer.purged and time.monotonic() - started < 2.0
+    finally:
+        proc.close()

@@ -141,8 +141,8 @@ class Committer:
         #: why emitted records could not be produced, once they could not: they were taken from
         #: the ledger, so no commit may pass them afterwards (the app's final one neither)
         self.failed: BaseException | None = None
-        #: the first delivery's failure: its topic and the broker's reason
-        self._produce_error: str | None = None
+        #: the first delivery's failure: its topic and error
+        self._undelivered: tuple[str, KafkaError] | None = None
         #: after a stop: when a flush gives up waiting (monotonic; None: FLUSH_TIMEOUT only)
         self._flush_until: float | None = None
         self._told = False
@@ -163,9 +163,22 @@ class Committer:
         return True
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """A delivery report: the first failure is kept, naming its topic and the broker's reason."""
-        if err is not None and self._produce_error is None:
-            self._produce_error = f"to {msg.topic()}: {err.str()} ({err.name()})"
+        """A delivery report: the first failure is kept, with its topic."""
+        if err is not None and self._undelivered is None:
+            self._undelivered = (msg.topic() or "?", err)
+
+    def _why(self, producer: Producer, outputs: list[Output], waited: float) -> str:
+        """The failed outputs' topic and the reason: the delivery's error; for a record that timed
+        out (or none reported), the broker's metadata error for its topic when it has one (a
+        missing topic: librdkafka says so only after ``topic.metadata.propagation.max.ms``)."""
+        if (failed := self._undelivered) is not None and failed[1].code() != KafkaError._MSG_TIMED_OUT:
+            return _reason(*failed)
+        topics = [failed[0]] if failed is not None else sorted({out[0] for out in outputs})
+        if (found := _metadata_error(producer, topics)) is not None:
+            return found
+        if failed is not None:
+            return _reason(*failed)
+        return f"to {', '.join(topics)}: not acknowledged within {waited:.0f}s"
 
     def stopping(self, grace: float) -> None:
         """The app stops: a flush waits ``grace`` seconds more (at least :data:`MIN_FLUSH` from its
@@ -262,15 +275,14 @@ class AtLeastOnceCommitter(Committer):
         limit = started + FLUSH_TIMEOUT
         left = 0
         # in slices: a stop (another thread) shortens the wait of a flush under way
-        while self._produce_error is None:
+        while self._undelivered is None:
             if self._flush_until is not None:
                 limit = min(limit, max(self._flush_until, started + MIN_FLUSH))
             left = producer.flush(max(0.0, min(0.5, limit - time.monotonic())))
             if left == 0 or time.monotonic() >= limit:
                 break
-        if left != 0 or self._produce_error is not None:
-            waited = time.monotonic() - started
-            why = self._produce_error or _unacknowledged(producer, outputs, waited)
+        if left != 0 or self._undelivered is not None:
+            why = self._why(producer, outputs, time.monotonic() - started)
             raise OutputError(f"emitted records could not be produced {why}")
 
 
@@ -303,7 +315,8 @@ class TransactionalCommitter(Committer):
             self._metrics.commit(False)
             producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
             what = f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed"
-            if (why := self._produce_error) is not None:  # as at least once: the topic and the reason
+            if self._undelivered is not None:  # as at least once: the topic and the reason
+                why = self._why(producer, outputs, 0.0)
                 self.failed = OutputError(f"emitted records could not be produced {why}; {what}")
             else:
                 self.failed = OutputError(f"{what}: {exc}")
@@ -338,21 +351,22 @@ def make_committer(
     return AtLeastOnceCommitter(consumer, processor, metrics, producer)
 
 
-def _unacknowledged(producer: Producer, outputs: list[Output], waited: float) -> str:
-    """Why ``outputs`` were not acknowledged in time: a topic's metadata error when the broker
-    gives one (a missing topic, before librdkafka's own ``topic.metadata.propagation.max.ms``
-    reports it), else the wait. A few topics, asked for 2 s at most."""
-    topics = sorted({out[0] for out in outputs})
+def _reason(topic: str, err: KafkaError) -> str:
+    return f"to {topic}: {err.str()} ({err.name()})"
+
+
+def _metadata_error(producer: Producer, topics: list[str]) -> str | None:
+    """The first of ``topics`` (a few, asked for 2 s at most) whose metadata the broker answers
+    with an error (a missing topic), as :func:`_reason` says it; None when none does."""
     deadline = time.monotonic() + 2.0
     for topic in topics[:3]:
         try:
             meta = producer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
         except KafkaException:
-            break
-        err = meta.topics[topic].error if topic in meta.topics else None
-        if err is not None:
-            return f"to {topic}: {err.str()} ({err.name()})"
-    return f"to {', '.join(topics)}: not acknowledged within {waited:.0f}s"
+            return None
+        if topic in meta.topics and (err := meta.topics[topic].error) is not None:
+            return _reason(topic, err)
+    return None
 
 
 def produce(

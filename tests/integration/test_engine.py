@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from laneway import App, Backpressure, ConfigError, Event, MetricsServer, Retry, Timeouts
+from laneway import App, Backpressure, ConfigError, Event, ExactlyOnce, MetricsServer, Retry, Timeouts
 from laneway.kafka import headers as h
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets, produce_keyed
@@ -525,6 +525,30 @@ def test_a_shutdown_while_outputs_wait_for_a_missing_topic_halts_within_its_time
     assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
     assert app.fatal is halted.value and app.state == "stopped"
     assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0  # nothing committed
+
+
+def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """Exactly once: the records to a missing topic time out with the transaction (10 s); the
+    halt's error names the topic and the broker's reason (it used to give only librdkafka's
+    "failed delivery (see individual delivery reports)"), and nothing is committed."""
+    from laneway.kafka.commit import OutputError
+
+    source = make_topic(partitions=1)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    missing = f"missing-{source}"
+    produce_keyed(kafka_bootstrap, source, 2, keys=2)
+    app = App("outfail-eos", bootstrap_servers=kafka_bootstrap, group_id=group_id, exactly_once=ExactlyOnce())
+
+    @app.handler(source, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        ev.emit(missing, ev.value, key=ev.key)
+
+    with pytest.raises(OutputError) as halted:
+        app.run_until(lambda: False, timeout=40)
+    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
+    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0
 
 
 def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(

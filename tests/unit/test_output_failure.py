@@ -41,6 +41,8 @@ class Sent:
 class RefusingProducer:
     """Every record's delivery fails (an unknown topic), as the broker reports it."""
 
+    error = KafkaError.UNKNOWN_TOPIC_OR_PART
+
     def __init__(self) -> None:
         self.callbacks: list[Any] = []
 
@@ -52,7 +54,7 @@ class RefusingProducer:
     def flush(self, timeout: float) -> int:
         for topic, cb in self.callbacks:
             if cb is not None:
-                cb(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), Sent(topic))
+                cb(KafkaError(self.error), Sent(topic))
         self.callbacks = []
         return 0
 
@@ -79,6 +81,16 @@ class RefusingProducer:
 class Metadata:
     def __init__(self, topic: str) -> None:
         self.error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+class TimingOutProducer(RefusingProducer):
+    """A missing topic under a transaction: librdkafka reports the records timed out (after the
+    transaction's timeout); the broker's metadata says the topic does not exist."""
+
+    error = KafkaError._MSG_TIMED_OUT
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        return type("Md", (), {"topics": {topic: Metadata(topic)}})()
 
 
 class SilentProducer(RefusingProducer):
@@ -182,5 +194,26 @@ def test_a_stop_cuts_a_flush_short_and_the_error_names_the_missing_topic(
         started = time.monotonic()
         committer.close()  # the records still queued are purged, not waited for
         assert producer.purged and time.monotonic() - started < 2.0
+    finally:
+        proc.close()
+
+
+def test_a_transaction_names_the_missing_topic_of_its_timed_out_records() -> None:
+    """Exactly once: the records to a missing topic time out; the error says which topic and
+    the broker's reason, not only librdkafka's "failed delivery (see individual delivery
+    reports)"."""
+    proc = _emitting()
+    consumer = FakeConsumer()
+    committer = TransactionalCommitter(consumer, proc, PrometheusMetrics(), TimingOutProducer())  # type: ignore[arg-type]
+    try:
+        proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
+        assert proc.drain(5)
+        with pytest.raises(OutputError) as refused:
+            committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        assert str(refused.value) == (
+            "emitted records could not be produced to out: Broker: Unknown topic or partition "
+            "(UNKNOWN_TOPIC_OR_PART); transaction of 3 record(s) and 1 offset(s) failed"
+        )
+        assert consumer.commits == []
     finally:
         proc.close()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,66 @@ def test_a_second_ctrl_c_exits_130_and_leaves_the_blocked_record_uncommitted(
     assert lines.count(FIRST_MESSAGE) == 1 and lines[-1] == FORCED_MESSAGE, lines
     # the blocked record (offset 1) was not committed: the next start consumes it again
     assert committed(kafka_bootstrap, group_id, topic, 1)[0] <= 1
+
+
+#: each record's output goes to a topic that does not exist
+_MISSING_OUTPUT = """
+import os
+from laneway import App, Event, Timeouts
+
+app = App(
+    "outfail",
+    bootstrap_servers=os.environ["LW_BOOTSTRAP"],
+    group_id=os.environ["LW_GROUP"],
+    timeouts=Timeouts(commit_interval=0.2, revoke=1),
+)
+
+@app.handler(os.environ["LW_TOPIC"], on_failure="halt")
+def handle(ev: Event) -> None:
+    ev.emit(os.environ["LW_TOPIC"] + "-missing", ev.value, key=ev.key)
+    print("emitted", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_outputs_wait_for_a_missing_topic_exits_1_naming_it(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, tmp_path: Path
+) -> None:
+    """`laneway run`, SIGTERM while the emitted records wait for a topic that does not exist:
+    the exit comes within the revoke timeout (at least 5 s of flushing), with status 1, one
+    ERROR line and the `error:` line naming the topic and the broker's reason; nothing is
+    committed. It used to exit 0 after 20 s, saying nothing."""
+    topic = make_topic(partitions=1)
+    produce_keyed(kafka_bootstrap, topic, 3, 1)
+    (tmp_path / "outfail_app.py").write_text(_MISSING_OUTPUT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "LW_BOOTSTRAP": kafka_bootstrap,
+        "LW_TOPIC": topic,
+        "LW_GROUP": group_id,
+    }
+    command = [sys.executable, "-m", "laneway.ops.cli", "run", "outfail_app:app", "--log-level", "WARNING"]
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        assert first.strip() == "emitted", first + proc.communicate()[1]
+        time.sleep(0.5)  # the commit's flush is under way
+        proc.send_signal(signal.SIGTERM)
+        asked = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - asked
+    finally:
+        proc.kill()
+        proc.wait()
+    err = [line for line in proc.communicate()[1].splitlines() if not line.startswith("%")]
+    reason = f"emitted records could not be produced to {topic}-missing: Broker: Unknown topic or partition"
+    assert code == 1, err
+    assert took < 10, err  # the flush's 5 s, the close
+    assert [line for line in err if " ERROR " in line and reason in line] != [], err
+    assert len([line for line in err if " ERROR " in line]) == 1, err
+    assert err[-1].startswith(f"error: {reason}"), err
+    assert committed(kafka_bootstrap, group_id, topic, 1)[0] < 0

@@ -217,3 +217,37 @@ def test_a_transaction_names_the_missing_topic_of_its_timed_out_records() -> Non
         assert consumer.commits == []
     finally:
         proc.close()
+
+
+def test_a_consumer_thread_still_running_after_the_join_is_a_halt(caplog: pytest.LogCaptureFixture) -> None:
+    """The app's shutdown joins each consumer for a while: one still running then (blocked in a
+    client call) used to be left behind without a word; it is a halt, logged, saying its final
+    commit was not made."""
+    from laneway.engine.policies import Backpressure
+    from laneway.errors import LanewayError
+    from laneway.kafka.source import KafkaSource
+
+    halts: list[BaseException] = []
+    proc = _emitting()
+    src = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"},
+        ["t"],
+        proc,
+        backpressure=Backpressure(),
+        name="laneway-consumer-0",
+        on_fatal=halts.append,
+    )
+    blocked = threading.Event()
+    src._thread = threading.Thread(target=blocked.wait, daemon=True)  # a loop blocked in a call
+    try:
+        src._thread.start()
+        with caplog.at_level(logging.ERROR, logger="laneway.kafka.source"):
+            assert src.join(0.1) is False
+        why = "still runs 0s after the stop (no final commit): the records since the last commit run again"
+        assert len(halts) == 1 and isinstance(halts[0], LanewayError) and why in str(halts[0])
+        assert [r.getMessage() for r in caplog.records] == [f"consumer stopped: {halts[0]}"]
+        blocked.set()
+        assert src.join(5) is True and len(halts) == 1
+    finally:
+        blocked.set()
+        proc.close()

@@ -231,6 +231,13 @@ def replay(
             typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
     if dry_run:
+        if members := group_state(admin, plan.target_group).members:  # the real run would be refused
+            typer.secho(
+                f"warning: group {plan.target_group!r} has {members} live member(s): the real run is "
+                "refused until they stop (or reset a new group id with --new-group)",
+                err=True,
+                fg=typer.colors.YELLOW,
+            )
         if json:
             common.echo_json(_plan_json(plan, applied=False))
             return

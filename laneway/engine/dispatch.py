@@ -22,7 +22,9 @@ from laneway.engine.workers import ThreadPool
 __all__ = ["SUBMITTING", "Dispatching"]
 
 #: a consumer that submitted this recently (s) is taken to be in a backlog, about to submit again
-SUBMITTING = 0.002
+#: (half the inbox's wait: a lane sent there waits for its flush at most once as a consumer goes
+#: idle; a consumer slowed by workers that hold the GIL submits every few milliseconds)
+SUBMITTING = 0.01
 
 
 class Dispatching(FailurePaths):
@@ -161,8 +163,8 @@ class Dispatching(FailurePaths):
         GIL the consumer thread holds and measure slow, which keeps its chunks small: lanes
         made there (before the handler was measured, or after one slow call) stayed on the
         workers, and their keys' new events joined them (one 5 ms first call made a run 3-6x
-        slower). A consumer in a backlog submits every millisecond or two: with no submit for
-        :data:`SUBMITTING`, the worker keeps them (in the inbox they would wait for its flush)."""
+        slower). With no submit for :data:`SUBMITTING`, the worker keeps them (in the inbox
+        they would wait for its flush)."""
         if time.monotonic() - self._submitted_at > SUBMITTING:
             return lanes
         here = self.cost.direct_topics(self._direct_ok)

@@ -151,8 +151,8 @@ def test_the_handlers_first_call_computes_and_the_rest_do_not() -> None:
     handler = _adverse(spec, Recorder(spec))
     t0, c0 = time.perf_counter(), time.thread_time()
     _run(handler, events[:1], attempts=1)
-    assert time.thread_time() - c0 >= 0.04  # on the CPU (it holds the GIL), not asleep
+    assert time.thread_time() - c0 >= 0.005  # on the CPU (it holds the GIL), not asleep
     t1 = time.perf_counter()
     assert t1 - t0 >= 0.05
     _run(handler, events[1:], attempts=1)
-    assert time.perf_counter() - t1 < 0.05
+    assert time.perf_counter() - t1 < 0.5  # not 19 x 50 ms

@@ -11,6 +11,9 @@ on ``PYTHONPATH``), so old code runs the same scenarios as new code:
   ``Retry(max_attempts=3, initial_backoff=0.005, max_backoff=0.05)``: (a) no failures,
   (b) 0.5% poison records (always raise; each must be dead-lettered exactly once),
   (c) 3% of records failing once. Target: b/a and c/a >= 0.8.
+* ``warmup``: the ``failures`` set-up without failures, and with the handler's first call
+  computing for 20 ms (an import, a cache built; it holds the GIL): the rate after that call,
+  against the clean run's. Target: >= 0.9 (one slow call costs no lasting speed).
 * ``partitions``: ``ordering="partition"``, a plain handler sleeping 1 ms, concurrency 16:
   the lanes busy, from the per-partition counts sampled every 100 ms. Target: >= 0.9 x 12.
 * ``restart``: kill -9 mid-backlog (a 10% hot key, 3% of records failing once, 1 ms per
@@ -95,6 +98,24 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
             f"{name}: none {_fmt(a)} rec/s, poison {_fmt(b)} rec/s, fail-once {_fmt(c)} rec/s; "
             f"poison/none {_ratio(b, a, 0.8)}, fail-once/none {_ratio(c, a, 0.8)}"
         )
+    return lines
+
+
+def warmup(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str]:
+    topic = lab.topic("warmup")
+    produce(lab.bootstrap, topic, n)
+    ends = lab.kafka.end_offsets(topic, PARTITIONS)
+    cases = {"a-none": {"adverse": True}, "b-slow-1st": {"slow_first_s": 0.02}}
+    for rep in range(repeats):
+        for case, options in cases.items():
+            for name in names:
+                r = lab.run(name, lab.spec(topic, n, end_offsets=ends, **options))
+                rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
+                runs.add(rep, case, name, {"rec/s": rate}, problems(r, n, n))
+    lines = []
+    for name in names:
+        a, b = (runs.median(case, name, "rec/s") for case in cases)
+        lines.append(f"{name}: none {_fmt(a)} rec/s, slow first call {_fmt(b)} rec/s; {_ratio(b, a, 0.9)}")
     return lines
 
 
@@ -260,6 +281,7 @@ def io(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str
 
 RUNNERS = {
     "failures": failures,
+    "warmup": warmup,
     "partitions": partitions,
     "restart": restart,
     "hotkey-conflate": hotkey_conflate,

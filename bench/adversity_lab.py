@@ -23,10 +23,11 @@ from bench.workload import HEADER, HOT_KEY, encode
 
 __all__ = ["SCENARIOS", "Lab", "Runs", "busy_lanes", "parse_log", "parse_variants", "redone"]
 
-SCENARIOS = ("failures", "partitions", "restart", "hotkey-conflate", "io")
+SCENARIOS = ("failures", "warmup", "partitions", "restart", "hotkey-conflate", "io")
 #: total records per scenario (``--records`` sets them all); the stuck-key restart takes half
 DEFAULT_RECORDS = {
     "failures": 240_000,
+    "warmup": 240_000,
     "partitions": 36_000,
     "restart": 60_000,
     "hotkey-conflate": 10_000,

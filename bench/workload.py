@@ -11,6 +11,7 @@ Every contender calls :meth:`Recorder.handle` for each record, so the per-record
 from __future__ import annotations
 
 import itertools
+import os
 import struct
 import threading
 import time
@@ -77,6 +78,7 @@ class RunSpec:
     log_path: str = ""  # append "s P O" before and "f P O TIME" after each handled record
     stuck_key: int = -1  # the first record of this key blocks for stuck_s
     stuck_s: float = 0.0
+    slow_first_s: float = 0.0  # the handler's first call computes this long (an import, a cache built)
     final_seqs: list[int] = field(default_factory=list)  # per key: done once each last one ran
     kafka_config: dict[str, Any] = field(default_factory=dict)
 
@@ -112,8 +114,19 @@ class Recorder:
         self.t_last = 0.0
         self.cpu_first = 0.0
         self.cpu_last = 0.0
+        self.threads_first: dict[str, float] = {}
+        self.threads_last: dict[str, float] = {}
+        if THREAD_CPU:  # read off the handler's thread: a slow call there changes the run
+            threading.Thread(target=self._read_threads, name="bench-threads", daemon=True).start()
         self.t_start = time.perf_counter()
         self.cpu_start = time.process_time()
+
+    def _read_threads(self) -> None:
+        while not self.t_first and not self.done.is_set():
+            time.sleep(0.0005)
+        self.threads_first = thread_cpu()
+        self.done.wait()
+        self.threads_last = thread_cpu()
 
     def handle(self, partition: int, offset: int, value: bytes | None) -> None:
         if self.sleep_s:
@@ -169,6 +182,9 @@ class Recorder:
             "order_violations": self.order_violations,
             **self.extra,
         }
+        if self.threads_last:  # each kind's CPU over about the window (LANEWAY_BENCH_THREAD_CPU)
+            first = self.threads_first
+            out["thread_cpu"] = {k: round(v - first.get(k, 0.0), 3) for k, v in self.threads_last.items()}
         if self.seen is not None:
             dups = distinct = 0
             for arr in self.seen:
@@ -180,6 +196,31 @@ class Recorder:
             out["latency_other"] = quantiles(self.lat_other)
             out["latency_hot"] = quantiles(self.lat_hot)
         return out
+
+
+#: with this set in the environment, a run reports its threads' CPU over the window (a
+#: diagnostic: reading /proc at the window's two ends costs about a millisecond each)
+THREAD_CPU = bool(os.environ.get("LANEWAY_BENCH_THREAD_CPU"))
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of the process's threads so far, by kind: the Python threads by name (a
+    numbered pool as one), librdkafka's as ``rdk``, others by their own name."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = "rdk" if comm.startswith("rdk:") else names.get(int(tid), comm)
+        name = name.rstrip("0123456789").rstrip("-") or name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def quantiles(samples_ns: list[int], points: int = 400) -> dict[str, Any]:

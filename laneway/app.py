@@ -45,7 +45,7 @@ from laneway.kafka.source import KafkaSource
 from laneway.lifecycle import AppState, AppStateError, Lifecycle, tune_gc
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
-from laneway.registration import check_signature, deserializer_of
+from laneway.registration import check_handler, check_topic, deserializer_of
 from laneway.settings import AppSettings, Tracing, replica, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings", "AppState", "AppStateError"]
@@ -180,10 +180,11 @@ class App:
 
         ``delay`` in seconds (or a :class:`Delay`): not before the record's timestamp plus it.
         ``deserializer="json"`` decodes the value into ``event.payload``; a value that does not
-        decode is dead-lettered at once with reason ``deserialize``. ``conflate=True`` (key
-        ordering, for records that are full snapshots of their key): when several of a key's
-        records wait, only the newest runs and the older count as done.
+        decode (a null one, a tombstone, too) is dead-lettered at once, reason ``deserialize``.
+        ``conflate=True`` (key ordering, for records that are full snapshots of their key): when
+        several of a key's records wait, only the newest runs and the older count as done.
         """
+        check_topic(topic)  # a bare @app.handler passes the function
 
         def register(fn: F) -> F:
             self.add_handler(
@@ -206,10 +207,9 @@ class App:
 
     def add_handler(self, spec: HandlerSpec) -> None:
         """Register ``spec``; a handler that cannot be called with one event raises
-        :class:`~laneway.registration.HandlerSignatureError` (a ``ConfigError`` and a ``TypeError``)."""
-        check_signature(spec.fn, spec.topic)
-        if spec.topic in self.handlers:
-            raise ConfigError("topic", f"a handler for {spec.topic!r} is already registered")
+        :class:`~laneway.registration.HandlerSignatureError` (a ``ConfigError`` and a ``TypeError``),
+        a dead-letter topic that leads back to ``spec.topic`` a ``ConfigError``."""
+        check_handler(spec, self.handlers)
         self.handlers[spec.topic] = spec
 
     # ------------------------------------------------------------------ lifecycle

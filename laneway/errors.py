@@ -8,6 +8,7 @@ it. A second base in brackets is there for callers that catch it::
     │   │   ├── KafkaAuthError      a wrong password, an unknown user, an untrusted certificate
     │   │   └── KafkaAccessDenied   an ACL denies a topic, a group, the cluster or a transactional id
     │   ├── HandlerSignatureError   laneway.registration: a handler not callable with one event [TypeError]
+    │   ├── HandlerTopicError       laneway.registration: a topic not a str (a bare @app.handler) [TypeError]
     │   └── PipelineSettingsError   laneway.spark.settings: bad pipeline settings; problems: each field
     ├── AppStateError               laneway.lifecycle: an App started twice or after its stop [RuntimeError]
     ├── HandlerFailed               an event failed its last attempt (or did not deserialize) under "halt"

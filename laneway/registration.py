@@ -10,6 +10,10 @@ keep ``__wrapped__`` (:func:`functools.wraps`). More parameters are fine when th
 defaults, and ``*args`` takes the event too. A callable whose signature cannot be read (some
 built-ins) is taken as it is.
 
+:func:`check_topic` refuses a topic that is not a string (a bare ``@app.handler`` passes the
+function); :func:`check_handler` adds the checks that need the other handlers: one handler a
+topic, and no dead-letter topic that leads back to the topic it came from.
+
 :func:`deserializer_of` reads the handler's ``deserializer`` option (``"json"`` or a function).
 """
 
@@ -17,16 +21,72 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from laneway.errors import ConfigError
 
-__all__ = ["HandlerSignatureError", "check_signature", "deserializer_of"]
+if TYPE_CHECKING:
+    from laneway.engine.handlers import HandlerSpec
+
+__all__ = [
+    "HandlerSignatureError",
+    "HandlerTopicError",
+    "check_handler",
+    "check_signature",
+    "check_topic",
+    "deserializer_of",
+]
 
 
 class HandlerSignatureError(ConfigError, TypeError):
     """A handler that cannot be called with one argument, the event."""
+
+
+class HandlerTopicError(ConfigError, TypeError):
+    """``app.handler`` given something other than a topic name (a bare ``@app.handler``)."""
+
+
+def check_topic(topic: object) -> None:
+    """Raise :class:`HandlerTopicError` when ``topic`` is not a string: ``@app.handler`` with no
+    parentheses calls ``app.handler(fn)``, which would otherwise register nothing."""
+    if isinstance(topic, str):
+        return
+    if callable(topic):
+        raise HandlerTopicError(
+            "topic",
+            f"@app.handler needs the topic to consume, got the function {_name(topic)}: "
+            'write @app.handler("topic"), with parentheses',
+        )
+    raise HandlerTopicError("topic", f"must be a topic name (a str), got {topic!r}")
+
+
+def check_handler(spec: HandlerSpec, handlers: Mapping[str, HandlerSpec]) -> None:
+    """Check ``spec`` before it joins ``handlers`` (by topic): its signature, its topic not
+    taken, and its dead letters not consumed again by itself. A dead-letter topic that is the
+    handler's own topic, or the topic of a handler whose dead letters lead back to it, would
+    loop a failing record for ever. A handler on another handler's dead-letter topic is fine."""
+    check_signature(spec.fn, spec.topic)
+    if spec.topic in handlers:
+        raise ConfigError("topic", f"a handler for {spec.topic!r} is already registered")
+    loop = "its failing records would be consumed again and fail for ever"
+    if spec.dlq_topic == spec.topic:
+        raise ConfigError(
+            "dead_letter_topic",
+            f"{spec.topic!r} is the topic the handler consumes: {loop}; give another topic "
+            f"(the default is {spec.topic + '.dlq'!r})",
+        )
+    path, topic = [spec.topic], spec.dlq_topic
+    while topic in handlers and topic not in path:
+        path.append(topic)
+        topic = handlers[topic].dlq_topic
+    if topic == spec.topic:
+        chain = " -> ".join(repr(t) for t in [*path, topic])
+        raise ConfigError(
+            "dead_letter_topic",
+            f"the dead letters of {spec.topic!r} come back to it through the handlers' "
+            f"dead-letter topics ({chain}): {loop}; give a topic no handler consumes",
+        )
 
 
 def check_signature(fn: Callable[..., Any], topic: str) -> None:
@@ -126,10 +186,16 @@ def _generator_kind(fn: Callable[..., Any]) -> str:
 
 
 def _json(value: bytes | None) -> Any:
+    """``deserializer="json"``: the value decoded. A null value (a tombstone) is not a JSON
+    document, so it is refused like invalid JSON (dead-lettered, reason ``deserialize``); a
+    handler that takes tombstones passes its own function of the value instead."""
     import orjson
 
     if value is None:
-        raise ValueError("null value")
+        raise ValueError(
+            "null value (a tombstone): deserializer='json' takes JSON documents only; "
+            "to handle tombstones, pass a function that maps None to what the handler wants"
+        )
     return orjson.loads(value)
 
 

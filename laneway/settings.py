@@ -193,7 +193,13 @@ class AppSettings(BaseModel):
 
     def serving_metrics(self, *, port: int | None = None, host: str | None = None) -> AppSettings:
         """A copy with the metrics server's port and host replaced where given (``laneway run
-        --metrics-port/--metrics-host``); a host alone changes nothing when there is no server."""
+        --metrics-port/--metrics-host``). A host alone, for an app with no metrics server, is a
+        ConfigError: there is no server for it to move."""
+        if host is not None and port is None and self.metrics_server is None:
+            raise ConfigError(
+                "--metrics-host",
+                f"{host} needs --metrics-port (the app has no metrics server): add --metrics-port 9100, say",
+            )
         server = with_metrics_server(self.metrics_server, port=port, host=host)
         return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
 

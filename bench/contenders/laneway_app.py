@@ -121,6 +121,7 @@ def _is_adverse(spec: RunSpec) -> bool:
         or spec.lane_sample_s
         or spec.log_path
         or spec.stuck_s
+        or spec.slow_first_s
         or spec.final_seqs
     )
 
@@ -133,6 +134,7 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
     check_poison = bool(poison or spec.adverse)  # the clean case pays the same check (see RunSpec)
     fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if spec.log_path else -1
     stuck = [spec.stuck_s]
+    first = [spec.slow_first_s]
     counts = [0] * spec.partitions  # exact with ordering="partition" (one thread per partition)
     finals = spec.final_seqs
     waiting = [sum(1 for s in finals if s > 0)]
@@ -147,6 +149,11 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
         kid, seq = unpack(value)[:2]
         if fd >= 0:
             os.write(fd, b"s %d %d\n" % (p, o))
+        if first[0]:
+            seconds, first[0] = first[0], 0.0
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:  # CPU-bound: an import, a cache built
+                pass
         if stuck[0] and kid == spec.stuck_key:
             seconds, stuck[0] = stuck[0], 0.0
             time.sleep(seconds)

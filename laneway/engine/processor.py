@@ -93,6 +93,7 @@ class Processor(Dispatching):
         self._timer = Timer(clock)
         self._letters_log = letters_log(self._timer.schedule, clock)
         self._parked = 0
+        self._submitted_at = 0.0  # time.monotonic() at the last submit (see to_submitter)
         self._park_lock = threading.Lock()
         self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)
         self._monitor = Monitor(
@@ -195,6 +196,7 @@ class Processor(Dispatching):
             submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
                 id(owner), threading.Lock()
             )
+        self._submitted_at = time.monotonic()
         self.run_waiting()
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:

@@ -90,6 +90,8 @@ class ThreadPool:
             try:
                 while chunk:
                     more = self.run_chunk(chunk)
+                    if more:  # a cheap handler's go to the consumer thread while it submits
+                        more = engine.to_submitter(more)
                     if not more:
                         break
                     if not ready.empty():

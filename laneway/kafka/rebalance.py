@@ -80,13 +80,25 @@ class RebalanceCallbacks:
         commits = self._processor.revoke_commits(
             tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
         )
+        refused = self._committer.failed  # the committer refuses every commit after a failed produce
         self._committer.commit(commits, asynchronous=False)
         self._assigned.difference_update(tps)
         self._held.difference_update(tps)
         for t, p in tps:
             self._metrics.forget_partition(t, p)
         self._metrics.rebalance("revoke", len(parts))
-        logger.info("revoked %s, committed %s", sorted(tps), {tp: pos for tp, (pos, _) in commits.items()})
+        positions = {tp: pos for tp, (pos, _) in commits.items()}
+        if not positions:
+            logger.info("revoked %s, nothing to commit", sorted(tps))
+        elif refused is not None:
+            logger.info(
+                "revoked %s, nothing committed (emitted records could not be produced: %s); "
+                "the next owner starts from the last commit",
+                sorted(tps),
+                refused,
+            )
+        else:
+            logger.info("revoked %s, committed %s", sorted(tps), positions)
 
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]

@@ -5,6 +5,10 @@ A serializer is any object with ``serialize(value) -> bytes | None`` and
 both ways, so tombstones and null keys stay null. Pick a built-in one by name with
 :func:`resolve` (``"json"``, ``"bytes"``, ``"str"``) or pass your own.
 
+These objects are not a handler's ``deserializer`` option: ``@app.handler(...,
+deserializer="json")`` dead-letters a null value (a tombstone) as not JSON (reason
+``deserialize``); a handler that takes tombstones passes a function of its own.
+
 Errors::
 
     SerdeError                 root of this module's errors (a LanewayError and a ValueError)

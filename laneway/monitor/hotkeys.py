@@ -1,14 +1,27 @@
 """Hot keys: the keys with the most records over a sliding window, in bounded memory.
 
 A :class:`HotKeys` keeps a frequent-items summary (Misra-Gries, the decrementing cousin of
-space-saving) per window: at most ``2 x capacity`` counters, whatever the number of keys. A
-key with more than ``1 / (capacity + 1)`` of a window's records is always in it, and its count
-is under the true one by at most ``records / (capacity + 1)``.
+space-saving) per window: at most ``2 x capacity`` counters between batches, whatever the number
+of keys. It is fed once per fetched batch, never per record on its own, and counts a sample.
 
-It is fed once per fetched batch, never per record on its own: a batch is sampled with a
-stride (every ``stride``-th record counts ``stride`` times), so a batch of 1,000 records costs
-a few dozen dictionary updates. The window slides in two halves: the estimate adds the current
-half and the one before it, so a key is hot for between one and two halves after its records.
+Sampling: a batch of more than ``stride`` records is cut into blocks of ``stride`` records, and
+one record drawn at random from each block counts ``stride`` times (the last, shorter block
+draws from a full block's ``stride`` places and counts nothing when the draw falls past its
+end). A batch of 1,000 records costs 63 dictionary updates; a batch of ``stride`` records or
+fewer is counted whole. Every record is drawn with probability ``1 / stride``, and each block's
+draw is its own, so a key's sampled count is unbiased whatever the order of keys in a batch,
+and its standard deviation is at most ``sqrt((stride - 1) x records of the key)``: about 4% of
+10,000 records, 12% of 1,000, with the default stride of 16. (One draw for the whole batch,
+every ``stride``-th record from a random start, would count a key repeating with a period
+that shares a factor with the stride all or nothing: 10 keys in turn as 5 keys at twice their
+count.)
+
+Bounds: the summary takes at most ``sampled records / (capacity + 1)`` off a key's sampled
+count, never adds to it. A key with more than ``1 / (capacity + 1)`` of a window's sampled
+records is always in it.
+
+The window slides in two halves: the estimate adds the current half and the one before it, so
+a key is hot for between one and two halves after its records.
 
 Threads: :meth:`HotKeys.add` is called by the consumer threads, :meth:`HotKeys.top` by a
 scrape; a lock guards the counters (held for one batch's few updates).
@@ -20,6 +33,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from operator import add
 
 from laneway.engine.events import Event
 
@@ -27,7 +41,7 @@ __all__ = ["HotKeys", "Summary"]
 
 
 class Summary:
-    """A Misra-Gries summary of at most ``2 x capacity`` counters (not thread-safe)."""
+    """A Misra-Gries summary of at most ``2 x capacity`` counters between calls (not thread-safe)."""
 
     __slots__ = ("capacity", "counts", "total")
 
@@ -42,6 +56,18 @@ class Summary:
         counts = self.counts
         counts[item] = counts.get(item, 0) + weight
         self.total += weight
+        if len(counts) > 2 * self.capacity:
+            self._shrink()
+
+    def add_events(self, events: Sequence[Event], weight: int = 1) -> None:
+        """:meth:`add` of each event's (topic, key), with one shrink at the end (the counters may
+        pass ``2 x capacity`` by the events' number until then; the bound on a count is the same)."""
+        counts = self.counts
+        get = counts.get
+        for ev in events:
+            item = (ev.topic, ev.key)
+            counts[item] = get(item, 0) + weight
+        self.total += len(events) * weight
         if len(counts) > 2 * self.capacity:
             self._shrink()
 
@@ -66,30 +92,39 @@ class HotKeys:
         window: float = 60.0,
         stride: int = 16,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
-        if stride < 1:
-            raise ValueError(f"stride must be >= 1, got {stride}")
+        if stride < 1 or stride > 256 or stride & (stride - 1):
+            raise ValueError(f"stride must be a power of two from 1 to 256, got {stride}")
         self._capacity = capacity
         self._half = window / 2
         self._stride = stride
         self._clock = clock
+        # a block's draw is a random byte mapped to its place: uniform for a stride dividing 256
+        self._randbits = (rng or random.Random()).getrandbits
+        self._places = bytes(b % stride for b in range(256))
         self._lock = threading.Lock()
         self._current = Summary(capacity)
         self._previous = Summary(capacity)
         self._started = clock()
 
     def add(self, events: Sequence[Event]) -> None:
-        """Count a batch's keys (a stride sample of them)."""
-        stride = self._stride
-        if len(events) > stride:  # a random phase: keys that repeat with the stride still count
-            sample, weight = events[random.randrange(stride) :: stride], stride
+        """Count a batch's keys (a sample of one random record per block of ``stride``)."""
+        n, stride = len(events), self._stride
+        sample: Sequence[Event]
+        if n > stride:
+            full = n - n % stride
+            blocks = -(-n // stride)
+            places = self._randbits(8 * blocks).to_bytes(blocks, "little").translate(self._places)
+            sample = list(map(events.__getitem__, map(add, range(0, full, stride), places)))
+            if full < n and full + places[-1] < n:  # the last, shorter block's draw fell in it
+                sample.append(events[full + places[-1]])
+            weight = stride
         else:
             sample, weight = events, 1
         with self._lock:
             self._roll()
-            summary = self._current
-            for ev in sample:
-                summary.add((ev.topic, ev.key), weight)
+            self._current.add_events(sample, weight)
 
     def _roll(self) -> None:
         now = self._clock()

@@ -80,6 +80,13 @@ def dlq_show(
     with common.progress_bar(f"reading {topic}") as progress:
         letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
     ledger = dr.read_ledger(address, topic)
+    if strays := sum(1 for x in letters if x.original_topic is None):  # an ordinary topic, say
+        typer.secho(
+            f"warning: {strays} of the {len(letters)} record(s) shown have no dead-letter headers "
+            f"(laneway.original.topic): is {topic} a dead-letter topic?",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
     if json:
         common.echo_json(
             [

@@ -88,7 +88,9 @@ def _lag_json(lag: GroupLag) -> dict[str, Any]:
 def lag(
     group: Annotated[str, typer.Argument(help="consumer group id")],
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh until Ctrl-C")] = False,
-    interval: Annotated[float, typer.Option(help="seconds between refreshes with --watch")] = 2.0,
+    interval: Annotated[
+        float | None, typer.Option(help="seconds between refreshes with --watch (default 2)")
+    ] = None,
     refreshes: Annotated[int, typer.Option(hidden=True, help="stop --watch after this many (tests)")] = 0,
     bootstrap: Bootstrap = None,
     json: Json = False,
@@ -101,6 +103,9 @@ def lag(
 
     Example: laneway lag orders-service --watch --interval 5
     """
+    if interval is not None and not watch:  # it was ignored without a word
+        raise common.fail(f"--interval {interval:g} needs --watch (without it, lag prints once)")
+    interval = 2.0 if interval is None else interval
     if interval <= 0:  # time.sleep refuses a negative pause with a traceback
         raise common.fail(f"--interval must be more than 0 seconds, not {interval:g}")
     address, admin = common.connect(bootstrap)
@@ -231,6 +236,13 @@ def replay(
             typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     where = plan.target_group if plan.target_group == group else f"{plan.target_group} (from {group})"
     if dry_run:
+        if members := group_state(admin, plan.target_group).members:  # the real run would be refused
+            typer.secho(
+                f"warning: group {plan.target_group!r} has {members} live member(s): the real run is "
+                "refused until they stop (or reset a new group id with --new-group)",
+                err=True,
+                fg=typer.colors.YELLOW,
+            )
         if json:
             common.echo_json(_plan_json(plan, applied=False))
             return

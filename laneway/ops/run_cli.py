@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -26,13 +27,21 @@ __all__ = ["load_app", "register"]
 
 
 def load_app(target: str) -> object:
-    """Import ``module:attribute`` and return the attribute."""
+    """Import ``module:attribute`` and return the attribute. A file path given for the module
+    (``mod1.py:app``, ``./mod1.py:app``) is a ValueError saying which module path to give."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected module:attribute, got {target!r}")
+    if module_name.startswith(".") or "/" in module_name or os.sep in module_name or _is_py_file(module_name):
+        raise ValueError(_module_path_hint(module_name, attr))
     if "" not in sys.path:
         sys.path.insert(0, "")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if module_name.endswith(".py") and exc.name in (module_name, module_name.removesuffix(".py")):
+            raise ValueError(_module_path_hint(module_name, attr)) from None
+        raise
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -50,7 +59,11 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option(help="serve /metrics and /healthz on this port (0: any free one)")
         ] = None,
         metrics_host: Annotated[
-            str | None, typer.Option(help="the address they listen on (default 127.0.0.1; 0.0.0.0: all)")
+            str | None,
+            typer.Option(
+                help="the address they listen on (default 127.0.0.1; 0.0.0.0: all); needs "
+                "--metrics-port unless the app has a metrics_server"
+            ),
         ] = None,
         log_level: LogLevel = "INFO",
     ) -> None:
@@ -61,11 +74,13 @@ def register(app: typer.Typer) -> None:
         A second Ctrl-C exits at once (status 130): records processed but not committed yet
         are consumed again on the next start (at-least-once).
 
-        Exit codes: 0 after a signal's drain; 130 after a second Ctrl-C; 2 for a bad setting,
-        found while the module builds its app or at start (a missing topic, no broker, a metrics
-        port in use), or for an app its module ran as it was imported (an app.run() not under
-        if __name__ == "__main__"); 1 when the app halted while running (on_failure="halt", a
-        dead letter that could not be written).
+        Exit codes: 0 after a signal's drain; 130 after a second Ctrl-C; 2 for a bad target
+        (give a module path, mod1:app, not a file), an exception raised while the module is
+        imported (printed as one line: its type, message, file and line), a bad setting, found
+        while the module builds its app or at start (a missing topic, no broker, a metrics port
+        in use), or for an app its module ran as it was imported (an app.run() not under if
+        __name__ == "__main__"); 1 when the app halted while running (on_failure="halt", a dead
+        letter that could not be written).
         """
         from laneway.app import App
 
@@ -87,8 +102,8 @@ def register(app: typer.Typer) -> None:
             message = f"{match.group(1)}: unknown option" if match else str(exc)
             typer.secho(f"error: {message}{_where(exc)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
-        except (ValueError, ImportError) as exc:
-            typer.secho(f"error: {exc}{_where(exc)}", err=True, fg=typer.colors.RED)
+        except Exception as exc:  # a bad target, or the module raised as it was imported
+            typer.secho(f"error: {_import_error(exc)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
         if not isinstance(obj, App):
             kind = type(obj).__name__
@@ -117,6 +132,24 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
 
 
+def _is_py_file(name: str) -> bool:
+    return name.endswith(".py") and Path(name).is_file()
+
+
+def _module_path_hint(path: str, attr: str) -> str:
+    """The error for a file path given as the module: the module path to give, and where from."""
+    file = Path(path if path.endswith(".py") else path + ".py")
+    parts = [p for p in file.with_suffix("").parts if p not in (".", "")]
+    if file.is_absolute() or ".." in parts or not parts:
+        module, where = file.stem, f"{file.parent} (the directory holding {file.name})"
+    else:
+        module, where = ".".join(parts), "the directory you are in"
+    return (
+        f"{path!r} is a file path, not a module: give a module path, "
+        f"`laneway run {module}:{attr}`, from {where}"
+    )
+
+
 def _ran_at_import(target: str, app: App) -> str:
     """The error for an app its module started while ``laneway run`` imported it (an
     ``app.run()`` with no ``if __name__`` guard); a running one is shut down first."""
@@ -127,6 +160,17 @@ def _ran_at_import(target: str, app: App) -> str:
         done = "was started while its module was imported: an app.start() or app.run() at its top level"
     guard = 'guard that call with `if __name__ == "__main__":` and `laneway run` runs the app'
     return f"{target} {done}; {guard}"
+
+
+def _import_error(exc: Exception) -> str:
+    """One line for an error while the target loads: Laneway's own (a bad target, a module not
+    found) as it is; one raised by the user's code with its type, file and line."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    where = _where(exc)
+    if not where and isinstance(exc, ValueError | ImportError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _where(exc: BaseException) -> str:

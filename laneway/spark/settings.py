@@ -289,9 +289,13 @@ class PipelineSettings:
                 errors.append((name, "must not be empty"))
         if self.trigger != AVAILABLE_NOW:
             ms = _interval_ms(self.trigger)
-            if ms is None or ms <= 0:
+            if ms is None:
                 errors.append(
                     ("trigger", f"{self.trigger!r} is neither 'available-now' nor an interval like '10s'")
+                )
+            elif ms <= 0:
+                errors.append(
+                    ("trigger", f"{self.trigger!r}: an interval must be above 0 (1ms at least), like '10s'")
                 )
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 0:
             errors.append(

@@ -88,6 +88,13 @@ def test_show_lists_dead_letters_with_their_errors(kafka_bootstrap: str, topics:
     assert [line for line in lines if line.startswith("─")][-1].endswith("─")  # a rule per letter
     assert lines[-1] == "KeyError: 'sku'"  # the last letter's traceback ends the output
 
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:  # an ordinary topic, by mistake
+        producer.send(orders, b"{}", key="c9")
+    stray = invoke(kafka_bootstrap, "dlq", "show", orders)
+    assert stray.exit_code == 0 and "1 dead letter(s)" in stray.stdout
+    assert "1 of the 1 record(s) shown have no dead-letter headers" in stray.stderr
+    assert f"is {orders} a dead-letter topic?" in stray.stderr
+
     # a field no record has is a typo, not "0 matches"
     typo = invoke(kafka_bootstrap, "dlq", "show", dlq, "-f", "eror.type=KeyError")
     assert "eror.type" in one_line_error(typo)

@@ -158,6 +158,9 @@ def test_replay_refuses_a_live_group_unless_new_group(
             if consumer.assignment():
                 break
         assert consumer.assignment()
+        planned = invoke(kafka_bootstrap, "replay", group_id, "--to-earliest", "--dry-run")
+        assert planned.exit_code == 0 and "dry run: nothing changed" in planned.stdout
+        assert "1 live member(s): the real run is refused" in planned.stderr  # said before it is tried
         refused = invoke(kafka_bootstrap, "replay", group_id, "--to-earliest")
         assert "live member" in refused.stderr and refused.exit_code == 2
         assert "before:" not in refused.stdout  # refused before it printed a plan it will not apply

@@ -149,7 +149,8 @@ def test_each_consumer_gets_its_own_transactional_id() -> None:
 
 def test_the_run_command_s_metrics_options_override_the_app_s() -> None:
     plain = App("a", bootstrap_servers="127.0.0.1:9092").settings
-    assert plain.serving_metrics(host="0.0.0.0") is plain  # a host alone: still no server
+    with pytest.raises(ConfigError, match=r"--metrics-host: 0\.0\.0\.0 needs --metrics-port"):
+        plain.serving_metrics(host="0.0.0.0")  # a host alone, no server to move: it was ignored
     assert plain.serving_metrics(port=9100).metrics_server == MetricsServer(port=9100)
     served = App("a", bootstrap_servers="127.0.0.1:9092", metrics_server=MetricsServer(port=1, host="h"))
     assert served.settings.serving_metrics(port=2).metrics_server == MetricsServer(port=2, host="h")

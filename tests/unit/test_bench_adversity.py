@@ -3,6 +3,7 @@ the adversity options of the Laneway contender's handler (no broker: events buil
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,16 @@ def _key_seq(ev: Event) -> tuple[int, int]:
     assert ev.value is not None
     kid, seq = HEADER.unpack_from(ev.value)[:2]
     return kid, seq
+
+
+def test_the_handlers_first_call_computes_and_the_rest_do_not() -> None:
+    events = _records(keys=4, per_key=5)
+    spec = RunSpec("laneway-key", "", "t", "g", 2, 4, limit=10**6, slow_first_s=0.05)
+    handler = _adverse(spec, Recorder(spec))
+    t0, c0 = time.perf_counter(), time.thread_time()
+    _run(handler, events[:1], attempts=1)
+    assert time.thread_time() - c0 >= 0.005  # on the CPU (it holds the GIL), not asleep
+    t1 = time.perf_counter()
+    assert t1 - t0 >= 0.05
+    _run(handler, events[1:], attempts=1)
+    assert time.perf_counter() - t1 < 0.5  # not 19 x 50 ms

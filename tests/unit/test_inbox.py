@@ -128,7 +128,7 @@ def test_a_cheap_handlers_retry_runs_on_the_submitting_thread_while_submits_come
     for _ in range(5):  # measured cheap: later batches run on this thread
         proc.submit([Event("t", 0, n + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
         n += 200
-    wait_for(lambda: len(ran_on) == n)
+    wait_for(lambda: proc.submit([]) == 0 and len(ran_on) == n)  # (a lane's rest waits for a submit)
     first = n
     for _ in range(300):  # keep submitting, as a consumer in a backlog does
         proc.submit([Event("t", 0, n + i, f"k{(n + i) % 97}".encode(), b"v", size=1) for i in range(20)])
@@ -212,3 +212,41 @@ def test_a_runs_retries_park_on_one_timer_entry_and_none_runs_before_its_backoff
     assert all(retried_at[o] - failed_at[o] >= backoff * 0.5 for o in failed_at)
     assert all(seq == sorted(seq) for seq in order.values())
     assert proc.final_positions([TP0]) == {TP0: 260}
+
+
+def test_a_lane_made_on_the_workers_comes_back_to_the_submitting_thread_once_measured_cheap(
+    procs: list[Processor],
+) -> None:
+    """The first batch runs on the workers (the handler is not measured yet). A lane there
+    whose head is slow (a first call that imports, builds a cache) has its key's next events
+    behind it: once the handler is measured cheap and the consumer keeps submitting, they run
+    on the submitting thread, not on the worker (where they waited for the GIL the consumer
+    holds, measured slow and kept the topic's lanes on the workers: 0.52x of a clean run)."""
+    gate = threading.Event()
+    ran_on: dict[int, str] = {}
+
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            gate.wait(5)
+        ran_on[ev.offset] = threading.current_thread().name
+
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, concurrency=4, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc._inbox.wait = 5.0  # a loaded test machine may pause between two submits: no flush here
+    proc.assign([TP0])
+    slow = [Event("t", 0, i, b"slow", b"v", size=1) for i in range(5)]  # one lane, its head blocked
+    proc.submit(slow + [Event("t", 0, 5 + i, f"w{i}".encode(), b"v", size=1) for i in range(50)])
+    wait_for(lambda: len(ran_on) == 50)  # the others ran on the workers and measured the handler
+    assert proc.cost.inline_allowed("t")
+    me = threading.current_thread().name
+    n = 55
+    gate.set()
+    deadline = time.monotonic() + 10
+    while any(i not in ran_on for i in range(5)) and time.monotonic() < deadline:  # a backlog
+        proc.submit([Event("t", 0, n + i, f"w{i}".encode(), b"v", size=1) for i in range(2)])
+        n += 2
+        time.sleep(0.001)
+    wait_for(lambda: len(ran_on) == n)
+    assert ran_on[0] != me
+    assert [ran_on[i] for i in range(1, 5)] == [me] * 4  # the slow lane's rest, here
+    assert proc.final_positions([TP0]) == {TP0: n}

@@ -62,3 +62,14 @@ def test_an_interval_not_above_zero_is_one_line_and_exit_2(lags: list[int], inte
     assert result.output.strip().splitlines() == [
         f"error: --interval must be more than 0 seconds, not {interval}"
     ]
+
+
+def test_an_interval_without_watch_is_one_line_and_exit_2(lags: list[int]) -> None:
+    """It was ignored without a word: lag printed once."""
+    result = CliRunner().invoke(_app(), ["lag", "shop", "--interval", "5"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --interval 5 needs --watch (without it, lag prints once)"
+    ]
+    once = CliRunner().invoke(_app(), ["lag", "shop"])  # no --interval: one table, as before
+    assert once.exit_code == 0 and "total lag 7" in once.stdout, once.output

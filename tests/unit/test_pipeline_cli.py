@@ -97,6 +97,8 @@ def test_a_bad_master_or_starting_offsets_is_one_line_before_spark(
     [
         (["--compact-every", "-1"], "error: --compact-every: must be >= 0, got -1"),
         (["--trigger", "soon"], "error: --trigger: 'soon' is neither 'available-now' nor an interval"),
+        # it said "'0s' is neither 'available-now' nor an interval": it is one, of 0
+        (["--trigger", "0s"], "error: --trigger: '0s': an interval must be above 0 (1ms at least)"),
         (["--max-offsets-per-trigger", "-1"], "error: --max-offsets-per-trigger: must be >= 0"),
         (["--topic", " "], "error: --topic: must not be empty"),
         # the default checkpoint, under a relative warehouse, is not said a second time

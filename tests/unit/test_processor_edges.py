@@ -241,7 +241,8 @@ def test_a_retry_backoff_holds_its_lane_only_never_a_thread(procs: list[Processo
     for _ in range(5):  # measured cheap (a plain one then runs on this thread)
         proc.submit([Event("t", 0, offset + i, f"w{i}".encode(), b"v", size=1) for i in range(200)])
         offset += 200
-    wait_for(lambda: len(handled) == 1000)
+    # a consumer polls on: the lanes made on the worker come back to this thread for a submit
+    wait_for(lambda: proc.submit([]) == 0 and len(handled) == 1000)
     first = offset
     proc.submit([Event("t", 0, first, b"retry", b"first", size=1)])
     wait_for(lambda: attempts == [1])
@@ -249,7 +250,7 @@ def test_a_retry_backoff_holds_its_lane_only_never_a_thread(procs: list[Processo
         proc.submit([Event("t", 0, offset + 1 + i, f"k{i % 50}".encode(), b"v", size=1) for i in range(100)])
         offset += 100
     proc.submit([Event("t", 0, offset + 1, b"retry", b"after", size=1)])
-    wait_for(lambda: len(handled) == 1500)  # every other key finished during the backoff
+    wait_for(lambda: proc.submit([]) == 0 and len(handled) == 1500)  # every other key, in the backoff
     assert attempts == [1] and b"retry" not in handled  # the key waits, its later event behind it
     assert proc.final_positions([TP0]) == {TP0: first}
     now[0] += 1.0  # the backoff is over; the clock moves on, and no submit comes

@@ -59,3 +59,64 @@ def test_a_target_that_is_not_an_app_names_its_type(tmp_path: Path, monkeypatch:
     result = CliRunner().invoke(app, ["run", "notanapp:app"])
     assert result.exit_code == 2, result.output
     assert result.output.strip() == "error: notanapp:app is of type int, not a laneway.App"  # not "a int"
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> list[str]:
+    """``laneway run ARGS`` from ``tmp_path``; its non-blank output lines, after asserting exit 2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
+def test_metrics_host_without_a_port_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # seen: `--metrics-host 0.0.0.0` alone started the app with no metrics server and no word
+    (tmp_path / "hostonly.py").write_text(
+        'from laneway import App\napp = App("x", bootstrap_servers="127.0.0.1:1")\n'
+    )
+    lines = _run(tmp_path, monkeypatch, "hostonly:app", "--metrics-host", "0.0.0.0")
+    assert lines == [
+        "error: --metrics-host: 0.0.0.0 needs --metrics-port (the app has no metrics server): "
+        "add --metrics-port 9100, say"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("mod1.py:app", "'mod1.py' is a file path, not a module: give a module path, `laneway run mod1:app`"),
+        ("./mod1.py:app", "`laneway run mod1:app`, from the directory you are in"),
+        ("./mod1:app", "`laneway run mod1:app`, from the directory you are in"),
+        ("pkg/mod1.py:app", "`laneway run pkg.mod1:app`, from the directory you are in"),
+        ("nosuch.py:app", "`laneway run nosuch:app`"),
+    ],
+)
+def test_a_file_path_target_says_to_give_a_module_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, says: str
+) -> None:
+    # seen: "No module named 'mod1.py'; 'mod1' is not a package" and "the 'package' argument
+    # is required to perform a relative import for './mod1.py'"
+    (tmp_path / "mod1.py").write_text("raise KeyError('imported')\n")  # never imported
+    (lines,) = _run(tmp_path, monkeypatch, target)
+    assert lines.startswith("error: ") and says in lines, lines
+
+
+def test_an_absolute_file_path_names_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (lines,) = _run(tmp_path, monkeypatch, f"{tmp_path / 'mod1.py'}:app")
+    assert f"`laneway run mod1:app`, from {tmp_path} (the directory holding mod1.py)" in lines, lines
+
+
+def test_an_exception_while_importing_is_one_line_with_type_and_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seen: a KeyError in the module printed typer's and click's traceback, exit 1
+    (tmp_path / "envapp.py").write_text('import os\n\nTOPIC = os.environ["LANEWAY_NO_SUCH_VAR"]\n')
+    (tmp_path / "syntaxapp.py").write_text("app = (\n")
+    lines = _run(tmp_path, monkeypatch, "envapp:app")
+    assert lines == [f"error: KeyError: 'LANEWAY_NO_SUCH_VAR' ({tmp_path / 'envapp.py'}, line 3)"]
+    (line,) = _run(tmp_path, monkeypatch, "syntaxapp:app")
+    assert line.startswith("error: SyntaxError: ") and f"({tmp_path / 'syntaxapp.py'}, line 1)" in line, line

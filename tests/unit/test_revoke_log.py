@@ -1,0 +1,68 @@
+"""The "revoked ..." line says what was committed. It said ``committed {...}`` even when the
+committer refused the commit (emitted records had failed to produce before), so operators read
+a commit that never happened."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from laneway.kafka.commit import OutputError
+from laneway.kafka.hooks import SourceMetrics
+from laneway.kafka.rebalance import RebalanceCallbacks
+
+
+class _Committer:
+    def __init__(self, failed: BaseException | None) -> None:
+        self.failed = failed
+        self.committed: list[dict[Any, Any]] = []
+
+    def commit(self, commits: dict[Any, Any], *, asynchronous: bool) -> None:
+        if commits and self.failed is None:
+            self.committed.append(commits)
+
+
+class _Processor:
+    def __init__(self, commits: dict[Any, Any]) -> None:
+        self.commits = commits
+
+    def revoke_commits(self, tps: Any, timeout: float, **kw: Any) -> dict[Any, Any]:
+        return self.commits
+
+
+class _Consumer:
+    def resume(self, parts: Any) -> None: ...
+
+
+def _revoke(caplog: pytest.LogCaptureFixture, commits: dict[Any, Any], failed: BaseException | None) -> str:
+    cb = RebalanceCallbacks()
+    cb._processor = _Processor(commits)  # type: ignore[assignment]
+    cb._committer = _Committer(failed)  # type: ignore[assignment]
+    cb._metrics = SourceMetrics()
+    cb._assigned, cb._held = {("t", 0)}, set()
+    cb._revoke_timeout, cb._metadata_limit = 1.0, 0
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="laneway.kafka.source"):
+        cb._on_revoke(_Consumer(), [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    assert cb._assigned == set()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("revoked")]
+    return line
+
+
+def test_a_commit_made_is_logged_with_its_positions(caplog: pytest.LogCaptureFixture) -> None:
+    assert _revoke(caplog, {("t", 0): (2, None)}, None) == "revoked [('t', 0)], committed {('t', 0): 2}"
+
+
+def test_a_refused_commit_is_not_logged_as_committed(caplog: pytest.LogCaptureFixture) -> None:
+    failed = OutputError("emitted records could not be produced to out: Unknown topic")
+    line = _revoke(caplog, {("t", 0): (2, None)}, failed)
+    assert "committed {" not in line
+    assert line.startswith("revoked [('t', 0)], nothing committed (emitted records could not be produced: ")
+    assert "to out: Unknown topic" in line and "last commit" in line
+
+
+def test_nothing_to_commit_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    assert _revoke(caplog, {}, None) == "revoked [('t', 0)], nothing to commit"

@@ -92,8 +92,7 @@ class RebalanceCallbacks:
             logger.info("revoked %s, nothing to commit", sorted(tps))
         elif refused is not None:
             logger.info(
-                "revoked %s, nothing committed (emitted records could not be produced: %s); "
-                "the next owner starts from the last commit",
+                "revoked %s, nothing committed (%s); the next owner starts from the last commit",
                 sorted(tps),
                 refused,
             )

@@ -48,7 +48,7 @@ class Event:
 
         Emitted records are produced when the event's offset is committed, before the
         commit: at least once by default, exactly once (in the same Kafka transaction as
-        the consumed offsets) when the app runs with ``exactly_once=True``. Records of a
+        the consumed offsets) when the app runs with ``exactly_once=ExactlyOnce()``. Records of a
         failed attempt are discarded.
         """
         if self.outputs is None:

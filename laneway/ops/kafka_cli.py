@@ -176,7 +176,8 @@ def topics_describe(
         f"[bold]{desc.name}[/bold]: {len(desc.partitions)} partition(s), replication {desc.replication}"
     )
     console.print(settings, markup=False)
-    table = Table("partition", "leader", "replicas", "isr", "earliest", "latest", "records")
+    # latest - earliest: the records, and any transaction markers and compacted-away offsets
+    table = Table("partition", "leader", "replicas", "isr", "earliest", "latest", "offsets")
     for p in desc.partitions:
         table.add_row(
             str(p.partition),

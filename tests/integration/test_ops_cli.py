@@ -63,6 +63,7 @@ def test_topics_create_describe_list(kafka_bootstrap: str, topic_name: str) -> N
 
     table = invoke(kafka_bootstrap, "topics", "describe", topic_name)
     assert "retention.ms=1209600000" in table.stdout and "isr" in table.stdout
+    assert "offsets" in table.stdout and "records" not in table.stdout  # a span, not a count
 
     listed = invoke(kafka_bootstrap, "topics", "list")
     assert listed.exit_code == 0 and topic_name in listed.stdout

@@ -39,6 +39,7 @@ class Dispatching(FailurePaths):
     _parked: int
     _park_lock: threading.Lock
     _submitted_at: float
+    _idle: bool
 
     def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
@@ -131,7 +132,12 @@ class Dispatching(FailurePaths):
     def _ready_all(self, lanes: list[Lane]) -> None:
         """Lanes made ready off the submitting thread (a backoff's end, a dead letter's
         acknowledgement): a cheap plain handler's wait in the inbox for the next submit
-        (see :mod:`~laneway.engine.inbox`); any other goes to its pool."""
+        (see :mod:`~laneway.engine.inbox`); any other goes to its pool, and all of them while
+        the submitter waits for records (:meth:`~laneway.engine.processor.Processor.idle`): a
+        retry must not wait for the inbox's flush on top of its backoff."""
+        if self._idle:
+            self._dispatch(lanes)
+            return
         others: list[Lane] = []
         for lane in lanes:
             topic = lane.spec.topic
@@ -165,7 +171,7 @@ class Dispatching(FailurePaths):
         workers, and their keys' new events joined them (one 5 ms first call made a run 3-6x
         slower). With no submit for :data:`SUBMITTING`, the worker keeps them (in the inbox
         they would wait for its flush)."""
-        if time.monotonic() - self._submitted_at > SUBMITTING:
+        if self._idle or time.monotonic() - self._submitted_at > SUBMITTING:
             return lanes
         here = self.cost.direct_topics(self._direct_ok)
         if not here:

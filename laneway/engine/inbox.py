@@ -11,9 +11,11 @@ interval to get it back. At 3% of records failing once, that cost most of the th
 So such a lane waits here, and the next :meth:`Processor.submit
 <laneway.engine.processor.Processor.submit>` (or :meth:`~laneway.engine.processor.Processor.wait_for_room`)
 runs it inline, up to the inline budget; what the budget leaves waits for the next one. The
-events a direct run leaves past its budget wait here too. A consumer that submits nothing
-for :data:`WAIT` (an idle topic, a rebalance) does not hold it back: the timer then hands
-what waits to the workers.
+events a direct run leaves past its budget wait here too. A consumer about to wait for
+records says so (:meth:`Processor.idle <laneway.engine.processor.Processor.idle>`): what waits
+here, and what becomes ready until its next submit, goes to the workers then. One that submits
+nothing for :data:`WAIT` for another reason (a rebalance) does not hold it back either: the
+timer then hands what waits to the workers.
 
 Threads: :meth:`put` from any thread; :meth:`take` from the submitting threads and the timer.
 Both take lanes with atomic ``popleft``, so no lane is taken twice.

@@ -94,6 +94,7 @@ class Processor(Dispatching):
         self._letters_log = letters_log(self._timer.schedule, clock)
         self._parked = 0
         self._submitted_at = 0.0  # time.monotonic() at the last submit (see to_submitter)
+        self._idle = False  # the submitter waits for records (see idle)
         self._park_lock = threading.Lock()
         self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)
         self._monitor = Monitor(
@@ -197,6 +198,7 @@ class Processor(Dispatching):
                 id(owner), threading.Lock()
             )
         self._submitted_at = time.monotonic()
+        self._idle = False
         self.run_waiting()
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:
@@ -309,6 +311,14 @@ class Processor(Dispatching):
     def drain(self, timeout: float) -> bool:
         """Wait until nothing is held in memory; False on timeout."""
         return self.table.wait_until_empty(timeout, lambda: self.fatal is not None)
+
+    def idle(self) -> None:
+        """The submitting thread is about to wait for records (a quiet topic, the end of a
+        backlog): what waits in the inbox for it goes to the workers now, and so does what
+        becomes ready until its next :meth:`submit`."""
+        self._idle = True
+        if self._inbox:
+            self.dispatch_more(self._inbox.take())
 
     def run_waiting(self) -> None:
         """Run the lanes waiting for a submitting thread (:mod:`~laneway.engine.inbox`) here,

@@ -341,6 +341,7 @@ class KafkaSource(RebalanceCallbacks):
             # keep serving the group (heartbeats, rebalances) while paused; look again soon:
             # the workers may drain to the low mark in well under 100 ms, and a longer
             # wait here would leave them idle (it halved the 5 ms I/O benchmark's rate)
+            processor.idle()
             msg = consumer.poll(_PAUSED_POLL)
             if msg is not None:
                 self._handle_batch([msg], max_accept=flow.accept)
@@ -351,6 +352,7 @@ class KafkaSource(RebalanceCallbacks):
             # to arrive: up to 100 ms, or 5 ms while partitions wait to resume
             msgs = consumer.consume(min(flow.fetch, max(self._room_min, want)), 0)
             if not msgs:
+                processor.idle()  # what becomes ready meanwhile goes to the workers
                 msgs = consumer.consume(1, _PAUSED_POLL if self._held_back else 0.1)
             if msgs:
                 self._handle_batch(msgs, max_accept=flow.accept)

@@ -168,6 +168,45 @@ def test_a_cheap_handlers_retry_goes_to_a_worker_when_no_submit_comes(procs: lis
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
 
 
+def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_once(
+    procs: list[Processor],
+) -> None:
+    """A consumer that waits for records (a quiet topic, the end of a backlog) says so
+    (``idle``): a cheap handler's retry then goes to a worker when its backoff ends, not after
+    the inbox's wait on top of it (here a minute, so only that hand-off can run it in time);
+    what waited in the inbox goes at once too. Its next submit takes the inbox back."""
+    done = threading.Event()
+    ran_on: list[str] = []
+
+    def handle(ev: Event) -> None:
+        if ev.key in (b"flaky", b"late") and ev.attempt == 1:
+            raise ConnectionError("flaky")
+        if ev.key == b"flaky":
+            ran_on.append(threading.current_thread().name)
+            done.set()
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=3, initial_backoff=0.05, jitter=0))
+    proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc._inbox.wait = 60.0
+    proc.assign([TP0])
+    for i in range(5):  # measured cheap: its retries would wait in the inbox
+        proc.submit([Event("t", 0, i * 200 + j, f"w{j}".encode(), b"v", size=1) for j in range(200)])
+    wait_for(lambda: proc.cost.inline_allowed("t"))
+    proc.submit([Event("t", 0, 1000, b"flaky", b"v", size=1)])
+    proc.idle()
+    assert done.wait(20)
+    assert ran_on and ran_on[0] != threading.current_thread().name
+    assert len(proc._inbox) == 0
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
+    # a lane left in the inbox while submits came goes to the workers once the submitter idles
+    proc.submit([Event("t", 0, 1001, b"late", b"v", size=1)])
+    wait_for(lambda: len(proc._inbox) == 1)  # its backoff ended: waiting for a submit
+    proc.idle()
+    assert len(proc._inbox) == 0
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1002})
+
+
 def test_a_runs_retries_park_on_one_timer_entry_and_none_runs_before_its_backoff(
     procs: list[Processor],
 ) -> None:

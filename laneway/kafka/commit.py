@@ -67,6 +67,9 @@ _REBALANCING = frozenset(
 FLUSH_TIMEOUT = 60.0
 #: after a stop, the least time a flush gets, so a healthy final commit's outputs go through (s)
 MIN_FLUSH = 5.0
+#: a flush under way asks the broker for its topics' metadata this often (s): a topic missing
+#: at two asks in a row ends the wait (librdkafka says so only after 30 s, the consumer idle)
+MISSING_CHECK = 2.0
 
 #: the broker's default ``offset.metadata.max.bytes``: Laneway does not read the broker's
 #: setting, so a broker configured below it refuses commits with long metadata
@@ -274,13 +277,21 @@ class AtLeastOnceCommitter(Committer):
         started = time.monotonic()
         limit = started + FLUSH_TIMEOUT
         left = 0
+        ask, missing = started + MISSING_CHECK, 0
+        topics = sorted({out[0] for out in outputs})
         # in slices: a stop (another thread) shortens the wait of a flush under way
         while self._undelivered is None:
             if self._flush_until is not None:
                 limit = min(limit, max(self._flush_until, started + MIN_FLUSH))
             left = producer.flush(max(0.0, min(0.5, limit - time.monotonic())))
-            if left == 0 or time.monotonic() >= limit:
+            now = time.monotonic()
+            if left == 0 or now >= limit:
                 break
+            if now >= ask:  # a missing topic: librdkafka waits 30 s for it, the consumer with it
+                missing = missing + 1 if _metadata_error(producer, topics) is not None else 0
+                if missing >= 2:
+                    break
+                ask = time.monotonic() + MISSING_CHECK
         if left != 0 or self._undelivered is not None:
             why = self._why(producer, outputs, time.monotonic() - started)
             raise OutputError(f"emitted records could not be produced {why}")

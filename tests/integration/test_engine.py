@@ -527,6 +527,40 @@ def test_a_shutdown_while_outputs_wait_for_a_missing_topic_halts_within_its_time
     assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0  # nothing committed
 
 
+def test_a_running_app_whose_outputs_go_to_a_missing_topic_halts_without_librdkafka_s_30s(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """While the app runs, a commit's flush asks the broker for its topics every 2 s: a topic
+    missing twice in a row halts the app, naming it, instead of after librdkafka's 30 s
+    (``topic.metadata.propagation.max.ms``), during which the consumer fetched nothing. Nothing
+    is committed past the records."""
+    from laneway.kafka.commit import OutputError
+
+    source = make_topic(partitions=1)
+    dlq = make_topic(partitions=1, prefix="dlq")
+    missing = f"missing-{source}"
+    produce_keyed(kafka_bootstrap, source, 5, keys=5)
+    app = App("outfail-run", bootstrap_servers=kafka_bootstrap, group_id=group_id)
+
+    @app.handler(source, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        ev.emit(missing, ev.value, key=ev.key)
+
+    stopped: list[bool] = []  # our stop, 25 s in (a stop's own flush halts on a missing topic too)
+    started = time.monotonic()
+
+    def stop() -> bool:
+        if time.monotonic() > started + 25 and not stopped:
+            stopped.append(True)
+        return bool(stopped)
+
+    with pytest.raises(OutputError) as halted:
+        app.run_until(stop, timeout=60)
+    assert not stopped  # the app halted while running: librdkafka alone would have taken 30 s
+    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
+    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0
+
+
 def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:

@@ -90,14 +90,21 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
                     missing, extra = len(want - letters), sum((letters - want).values())
                     problem = f"dead letters: {missing} poison records missing, {extra} extra or twice"
                 rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
-                runs.add(rep, case, name, {"rec/s": rate, "dead letters": letters.total()}, problem)
+                figures = {"rec/s": rate, "dead letters": letters.total()}
+                if "broker_cpu_s" in r:
+                    figures["broker cpu s"] = r["broker_cpu_s"]
+                runs.add(rep, case, name, figures, problem)
     lines = []
     for name in names:
         a, b, c = (runs.median(case, name, "rec/s") for case in cases)
-        lines.append(
+        line = (
             f"{name}: none {_fmt(a)} rec/s, poison {_fmt(b)} rec/s, fail-once {_fmt(c)} rec/s; "
             f"poison/none {_ratio(b, a, 0.8)}, fail-once/none {_ratio(c, a, 0.8)}"
         )
+        cpu = [runs.median(case, name, "broker cpu s") for case in cases]
+        if all(v is not None for v in cpu):
+            line += "; the broker's CPU per run " + "/".join(f"{v:.2f}" for v in cpu if v is not None) + " s"
+        lines.append(line)
     return lines
 
 
@@ -314,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     try:
         with tempfile.TemporaryDirectory(prefix="bench-adversity-") as tmp:
-            lab = Lab(bootstrap, variants, Path(tmp))
+            pid = broker.proc.pid if broker is not None and broker.proc is not None else None
+            lab = Lab(bootstrap, variants, Path(tmp), broker_pid=pid)
             try:
                 for scenario in scenarios:
                     runs = Runs(scenario)

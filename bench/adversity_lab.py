@@ -141,8 +141,13 @@ def produce(bootstrap: str, topic: str, n: int, *, hot: float = 0.0, round_robin
 class Lab:
     """The broker, the checkouts' paths and the child processes."""
 
-    def __init__(self, bootstrap: str, variants: list[tuple[str, str]], tmp: Path) -> None:
+    def __init__(
+        self, bootstrap: str, variants: list[tuple[str, str]], tmp: Path, broker_pid: int | None = None
+    ) -> None:
         self.bootstrap, self.tmp, self.kafka, self.n = bootstrap, tmp, Kafka(bootstrap), 0
+        #: the local broker's process: each run reports its CPU (``broker_cpu_s``), which shares
+        #: the machine's cores with the run's
+        self.broker_pid = broker_pid
         self.started = 0
         self.paths: dict[str, Path] = {}
         for name, checkout in variants:
@@ -192,6 +197,7 @@ class Lab:
         return proc, run
 
     def run(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        broker_cpu = process_cpu(self.broker_pid)
         proc, run = self.start(name, spec)
         try:
             proc.wait(spec["timeout"] + 60)
@@ -201,8 +207,21 @@ class Lab:
         result = run / "result.json"
         if result.exists():
             out: dict[str, Any] = json.loads(result.read_text())
+            if broker_cpu is not None and (after := process_cpu(self.broker_pid)) is not None:
+                out["broker_cpu_s"] = after - broker_cpu  # over the whole child run
             return out
         return {"error": f"exit {proc.returncode}: {(run / 'stderr').read_text()[-300:]}"}
+
+
+def process_cpu(pid: int | None) -> float | None:
+    """A process's CPU seconds so far (user and system, from ``/proc``); None when unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def dead_letters(bootstrap: str, topic: str) -> Counter[tuple[int, int]]:

@@ -91,6 +91,8 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
                     problem = f"dead letters: {missing} poison records missing, {extra} extra or twice"
                 rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
                 figures = {"rec/s": rate, "dead letters": letters.total()}
+                if r.get("count"):  # the child's CPU per record over the window
+                    figures["cpu us/rec"] = r.get("cpu_window_s", 0.0) / r["count"] * 1e6
                 if "broker_cpu_s" in r:
                     figures["broker cpu s"] = r["broker_cpu_s"]
                 runs.add(rep, case, name, figures, problem)
@@ -101,6 +103,9 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
             f"{name}: none {_fmt(a)} rec/s, poison {_fmt(b)} rec/s, fail-once {_fmt(c)} rec/s; "
             f"poison/none {_ratio(b, a, 0.8)}, fail-once/none {_ratio(c, a, 0.8)}"
         )
+        per = [runs.median(case, name, "cpu us/rec") for case in cases]
+        if all(v is not None for v in per):
+            line += "; CPU per record " + "/".join(f"{v:.2f}" for v in per if v is not None) + " us"
         cpu = [runs.median(case, name, "broker cpu s") for case in cases]
         if all(v is not None for v in cpu):
             line += "; the broker's CPU per run " + "/".join(f"{v:.2f}" for v in cpu if v is not None) + " s"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "Output", "TopicPartition"]
+__all__ = ["Event", "Headers", "Output", "TopicPartition"]
 
 #: (topic, partition)
 TopicPartition = tuple[str, int]
-#: a record a handler emits: (topic, key, value, headers)
-Output = tuple[str, bytes | str | None, bytes | str | None, list[tuple[str, str | bytes | None]] | None]
+#: a record a handler emits, as the client produces it: (topic, key, value, headers); the text
+#: a handler gave is its UTF-8 bytes
+Output = tuple[str, bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | None]
+#: the headers ``emit`` takes: (name, value) pairs, or a mapping of names to values
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -42,18 +46,24 @@ class Event:
         value: bytes | str | None,
         *,
         key: bytes | str | None = None,
-        headers: list[tuple[str, str | bytes | None]] | None = None,
+        headers: Headers | None = None,
     ) -> None:
         """Produce a record as part of this event's outcome.
+
+        ``value`` and ``key`` are bytes, str (produced as its UTF-8 bytes) or None; ``headers``
+        a list of (name, value) pairs (or a dict), each name a str and each value bytes, str or
+        None. Anything else (a dict to serialize first, a number) raises ``TypeError`` here, in
+        the handler's call: a failure of the attempt, retried and dead-lettered as any other.
 
         Emitted records are produced when the event's offset is committed, before the
         commit: at least once by default, exactly once (in the same Kafka transaction as
         the consumed offsets) when the app runs with ``exactly_once=ExactlyOnce()``. Records of a
         failed attempt are discarded.
         """
+        out = _output(topic, key, value, headers)
         if self.outputs is None:
             self.outputs = []
-        self.outputs.append((topic, key, value, headers))
+        self.outputs.append(out)
 
     @property
     def tp(self) -> TopicPartition:
@@ -62,6 +72,53 @@ class Event:
     def __repr__(self) -> str:  # the log lines' form of an event: a dead letter's, a timeout's
         key = _key_text(self.key)
         return f"Event({self.topic}[{self.partition}]@{self.offset} key={key} attempt={self.attempt})"
+
+
+def _output(topic: object, key: object, value: object, headers: object) -> Output:
+    """An emitted record as the client produces it, or a TypeError (a UnicodeEncodeError for
+    text with a lone surrogate) saying what is wrong: the client would refuse it at the commit,
+    on the consumer's thread, and halt the app."""
+    if not isinstance(topic, str):
+        raise TypeError(f"emit: topic must be a str, not {type(topic).__name__}")
+    if not topic.isascii():
+        topic.encode()  # the client raises UnicodeEncodeError at the commit
+    return (topic, _data(topic, "key", key), _data(topic, "value", value), _headers(topic, headers))
+
+
+def _data(topic: str, what: str, data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        return data.encode()  # as the client encodes it: UTF-8, strict
+    if isinstance(data, bytes):  # a subclass
+        return bytes(data)
+    hint = " (serialize it first, e.g. orjson.dumps(...))" if isinstance(data, dict | list) else ""
+    raise TypeError(f"emit to {topic!r}: {what} must be bytes, str or None, not {type(data).__name__}{hint}")
+
+
+def _headers(topic: str, headers: object) -> list[tuple[str, str | bytes | None]] | None:
+    if headers is None:
+        return None
+    if isinstance(headers, Mapping):
+        pairs: Sequence[object] = list(headers.items())
+    elif isinstance(headers, list | tuple):
+        pairs = headers
+    else:
+        raise TypeError(
+            f"emit to {topic!r}: headers must be a list of (name, value) pairs, not {type(headers).__name__}"
+        )
+    out: list[tuple[str, str | bytes | None]] = []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"emit to {topic!r}: headers[{i}] must be a (name, value) pair, not {pair!r:.60}")
+        name, value = pair
+        if not isinstance(name, str):
+            kind = type(name).__name__
+            raise TypeError(f"emit to {topic!r}: headers[{i}]'s name must be a str, not {kind}")
+        if not name.isascii():
+            name.encode()  # the client crashes the process on a name it cannot encode
+        out.append((name, _data(topic, f"headers[{i}] ({name!r}): value", value)))
+    return out
 
 
 #: a longer key is cut in a log line (``laneway dlq show`` shows it whole with ``--json``)

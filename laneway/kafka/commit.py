@@ -316,16 +316,20 @@ class TransactionalCommitter(Committer):
         producer = self._producer
         assert producer is not None
         outputs = self._processor.take_outputs({tp: pos for tp, (pos, _) in commits.items()})
+        what = f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed"
         try:
             producer.begin_transaction()
             produce(producer, outputs, self._delivered)  # reports served by commit_transaction's flush
             producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
             self._metrics.commit(True)
+        except OutputError as exc:  # a record the client refused to queue (produce() says which)
+            self._metrics.commit(False)
+            self.failed = OutputError(f"{exc}; {what}")
+            raise self.failed from exc.__cause__
         except KafkaException as exc:
             self._metrics.commit(False)
             producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
-            what = f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed"
             if self._undelivered is not None:  # as at least once: the topic and the reason
                 why = self._why(producer, outputs, 0.0)
                 self.failed = OutputError(f"emitted records could not be produced {why}; {what}")
@@ -385,7 +389,10 @@ def produce(
     outputs: list[Output],
     on_delivery: Callable[[KafkaError | None, Message], None] | None,
 ) -> None:
-    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full."""
+    """Queue ``outputs`` in order, waiting (serving callbacks) while the client's buffer is full.
+
+    A record the client refuses to queue (over its ``message.max.bytes``) raises
+    :class:`OutputError` naming its topic and the reason; the records before it are queued."""
     for topic, key, value, headers in outputs:
         while True:
             try:
@@ -396,3 +403,23 @@ def produce(
                 break
             except BufferError:
                 producer.poll(0.05)
+            except KafkaException as exc:
+                why = _refused_now(topic, exc, _size(key, value, headers))
+                raise OutputError(f"emitted records could not be produced {why}") from exc
+
+
+def _refused_now(topic: str, exc: KafkaException, size: int) -> str:
+    """The reason ``produce()`` refused a record of about ``size`` bytes, as :func:`_reason` says
+    a delivery's; for its size, the limit is the client's own, not the broker's."""
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError):
+        return f"to {topic}: {exc}"
+    why = _reason(topic, err)
+    if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        why += f"; a record of {size} bytes is over the producer's message.max.bytes (producer_config)"
+    return why
+
+
+def _size(key: str | bytes | None, value: str | bytes | None, headers: list[Any] | None) -> int:
+    """A record's key, value and headers in bytes (text counted by characters: emit encodes it)."""
+    return len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers or ())

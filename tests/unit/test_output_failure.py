@@ -145,6 +145,36 @@ def test_no_commit_passes_records_whose_outputs_were_refused(kind: type[AtLeastO
         proc.close()
 
 
+class TooLargeProducer(RefusingProducer):
+    """The client refuses the record in ``produce()`` itself: over its own ``message.max.bytes``."""
+
+    def produce(
+        self, topic: str, value: Any = None, key: Any = None, headers: Any = None, on_delivery: Any = None
+    ) -> None:
+        why = "Unable to produce message: Broker: Message size too large"
+        raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, why))
+
+
+@pytest.mark.parametrize("kind", [AtLeastOnceCommitter, TransactionalCommitter])
+def test_a_record_the_client_refuses_to_queue_is_an_output_error(kind: type[AtLeastOnceCommitter]) -> None:
+    """It was the client's KafkaException, unwrapped (at least once), or a transaction's error
+    without the topic: the app halts on an OutputError naming the topic and the reason, and no
+    commit passes the records."""
+    proc = _emitting()
+    consumer = FakeConsumer()
+    committer = kind(consumer, proc, PrometheusMetrics(), TooLargeProducer())  # type: ignore[arg-type]
+    try:
+        proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
+        assert proc.drain(5)
+        with pytest.raises(OutputError, match=r"could not be produced to out: .*\(MSG_SIZE_TOO_LARGE\)"):
+            committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        assert isinstance(committer.failed, OutputError)
+        committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)
+        assert consumer.commits == []
+    finally:
+        proc.close()
+
+
 def test_a_commit_refused_by_a_rebalance_is_info_and_sent_again(caplog: pytest.LogCaptureFixture) -> None:
     """An ordinary deploy's rebalance refuses a commit or two: not a WARNING, sent again."""
     committer = AtLeastOnceCommitter(FakeConsumer(), _emitting(), PrometheusMetrics(), None)  # type: ignore[arg-type]

@@ -1,0 +1,82 @@
+"""Emitted records the client refuses before the broker sees them, against the real broker: a
+value ``emit`` cannot produce is the handler's failure (dead-lettered), a record over the
+client's own size limit halts the app naming the topic, and no commit passes it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer
+
+from laneway import App, Event, ExactlyOnce, Retry
+from laneway.kafka import headers as h
+from tests.conftest import TopicFactory
+from tests.integration.helpers import committed, produce_keyed
+
+
+def _read(bootstrap: str, topic: str, expect: int, timeout: float = 30) -> list[object]:
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
+    )
+    c.subscribe([topic])
+    out: list[object] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expect and time.monotonic() < deadline:
+        out.extend(m for m in c.consume(100, 0.5) if m.error() is None)
+    c.close()
+    return out
+
+
+def test_a_handler_emitting_a_dict_is_dead_lettered_and_the_app_goes_on(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """``event.emit("out", event.payload)`` under ``deserializer="json"``: the TypeError is the
+    handler's (retried, then dead-lettered); the other records' outputs are produced and every
+    offset is committed. It used to halt the app at the next commit, and again on each restart."""
+    source = make_topic(partitions=1)
+    output = make_topic(partitions=1, prefix="out")
+    dlq = make_topic(partitions=1, prefix="dlq")
+    produce_keyed(kafka_bootstrap, source, 3, keys=3)  # values 0, 1, 2: JSON numbers
+    calls: list[tuple[int, int]] = []
+    app = App("emit-dict", bootstrap_servers=kafka_bootstrap, group_id=group_id)
+
+    @app.handler(
+        source, dead_letter_topic=dlq, deserializer="json", retry=Retry(max_attempts=2, initial_backoff=0.01)
+    )
+    def handle(ev: Event) -> None:
+        calls.append((ev.offset, ev.attempt))
+        ev.emit(output, {"n": ev.payload} if ev.offset == 1 else ev.value, key=ev.key)
+
+    assert app.run_until(lambda: committed(kafka_bootstrap, group_id, source, 1)[0] == 3, 60)
+    assert sorted(calls) == [(0, 1), (1, 1), (1, 2), (2, 1)]
+    (letter,) = _read(kafka_bootstrap, dlq, 1)
+    why = h.decode(letter.headers())  # type: ignore[attr-defined]
+    assert why[h.ORIGINAL_OFFSET] == "1" and why[h.ERROR_TYPE].endswith("TypeError")
+    assert "value must be bytes, str or None, not dict" in why[h.ERROR_MESSAGE]
+    assert sorted(m.value() for m in _read(kafka_bootstrap, output, 2)) == [b"0", b"2"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("exactly_once", [None, ExactlyOnce()], ids=["at-least-once", "exactly-once"])
+def test_an_output_over_the_clients_size_limit_halts_the_app_naming_the_topic(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, exactly_once: ExactlyOnce | None
+) -> None:
+    """A record over librdkafka's ``message.max.bytes`` (1,000,000) to a topic that takes it: the
+    client refuses it in ``produce()`` itself. The app halts with an OutputError naming the topic
+    and the reason, as for a record over the topic's own limit, and nothing is committed past it.
+    It used to raise the client's KafkaException, unwrapped."""
+    from laneway.kafka.commit import OutputError
+
+    source = make_topic(partitions=1)
+    output = make_topic(partitions=1, prefix="out", config={"max.message.bytes": "2000000"})
+    dlq = make_topic(partitions=1, prefix="dlq")
+    produce_keyed(kafka_bootstrap, source, 3, keys=3)
+    app = App("too-large", bootstrap_servers=kafka_bootstrap, group_id=group_id, exactly_once=exactly_once)
+
+    @app.handler(source, dead_letter_topic=dlq)
+    def handle(ev: Event) -> None:
+        ev.emit(output, b"x" * (1_000_100 if ev.offset == 1 else 10), key=ev.key)
+
+    with pytest.raises(OutputError, match=f"to {output}: .*MSG_SIZE_TOO_LARGE"):
+        app.run_until(lambda: False, timeout=60)
+    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 2

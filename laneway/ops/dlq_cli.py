@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from laneway.engine.events import _key_text as key_text  # the log lines' form of a key: one rule
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
@@ -112,7 +114,7 @@ def dlq_show(
         error = ": ".join(x.info[k] for k in (h.ERROR_TYPE, h.ERROR_MESSAGE) if x.info.get(k))
         table.add_row(
             f"{x.partition}/{x.offset}",
-            _short(x.field("key"), 24),
+            Text(key_text(x.key)),  # as a log line shows it; not read as markup
             # a letter without its value: a redrive reads it from the original, while retained
             x.original_position + (" (value left out)" if x.value_dropped else ""),
             _short(error),

@@ -165,8 +165,10 @@ def _read_topic(
     read_committed: bool,
     progress: Progress | None = None,
     timeout: float = 120.0,
+    enough: set[int] | None = None,
 ) -> Iterator[confluent_kafka.Message]:
-    """Every record of ``topic`` from the beginning to its end as of now."""
+    """Every record of ``topic`` from the beginning to its end as of now; the caller may add a
+    partition to ``enough`` to have no more of its records."""
     consumer = tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
@@ -185,7 +187,7 @@ def _read_topic(
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
         done = 0
         deadline = time.monotonic() + timeout
-        while pending:
+        while pending - (enough or set()):
             if time.monotonic() > deadline:
                 raise AdminError(f"reading {topic!r} took longer than {timeout:g}s")
             msg = consumer.poll(0.2)
@@ -203,6 +205,8 @@ def _read_topic(
             done += 1
             if progress is not None:
                 progress(done, total)
+            if enough and (msg.partition() or 0) in enough:
+                continue
             yield msg
     finally:
         consumer.close()
@@ -216,7 +220,10 @@ def read_dead_letters(
     limit: int | None = None,
     progress: Progress | None = None,
 ) -> list[DeadLetter]:
-    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset.
+    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset:
+    partition 0's from its lowest offset up, then partition 1's, and so on. ``limit`` keeps the first
+    ``limit`` of that order, whatever order the broker delivers the partitions in: the records a
+    ``redrive`` with that limit considers (it takes them in the same order).
 
     A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
     :class:`InvalidInputError` naming it, rather than matching nothing without a word.
@@ -226,7 +233,10 @@ def read_dead_letters(
     out: list[DeadLetter] = []
     unseen = {f.name for f in filters}
     read = 0
-    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
+    # with a limit: a partition that has ``limit`` matches needs no more (its later offsets come after)
+    matched: dict[int, int] = {}
+    enough: set[int] = set()
+    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress, enough=enough):
         raw = tuple(header_item(item) for item in (msg.headers() or ()))
         ts_type, ts = msg.timestamp()
         letter = DeadLetter(
@@ -244,14 +254,16 @@ def read_dead_letters(
             unseen = {name for name in unseen if letter.field(name) is None}
         if all(f.matches(letter) for f in filters):
             out.append(letter)
-            if limit is not None and len(out) >= limit:
-                break
+            matched[letter.partition] = matched.get(letter.partition, 0) + 1
+            if limit is not None and matched[letter.partition] >= limit:
+                enough.add(letter.partition)
     if read and unseen:
         raise InvalidInputError(
             f"no record of {topic} has the field {', '.join(sorted(unseen))}: filter on key, partition, "
             f"offset or a header, such as error.type, reason or original.topic (laneway dlq show {topic})"
         )
-    return sorted(out, key=lambda x: (x.partition, x.offset))
+    out.sort(key=lambda x: (x.partition, x.offset))
+    return out if limit is None else out[:limit]
 
 
 def header_item(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:

@@ -225,3 +225,33 @@ def test_bad_redrives_change_nothing(
 
     assert read_records(kafka_bootstrap, orders, 1, timeout=2) == []
     assert ledger_topic(dlq) not in kafka_admin.list_topics(timeout=10).topics
+
+
+def test_show_with_a_limit_picks_what_redrive_with_that_limit_moves(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """Letters on every partition of the DLQ, the most on partition 0: both take partition 0's
+    from its lowest offset, then partition 1's, then 2's, however the broker delivers them (show
+    kept the first N it was handed: 1/0, 1/1, 2/0 where redrive would move 0/0, 0/1, 0/2)."""
+    orders, dlq = make_topic(partitions=3, prefix="orders"), make_topic(partitions=3, prefix="orders-dlq")
+    placed = {2: 2, 1: 2, 0: 5}  # written partition 2 first, 0 last
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for partition, count in placed.items():
+            for i in range(count):
+                value, headers = dead_letter(orders, 10 * partition + i, f"p{partition}-{i}", ValueError("x"))
+                producer.send(dlq, value, key=f"p{partition}-{i}", headers=headers, partition=partition)
+    everything = [(p, o) for p in sorted(placed) for o in range(placed[p])]
+    try:
+        for limit in (1, 3, 6, 9):
+            shown = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", str(limit), "--json")
+            plan = invoke(
+                kafka_bootstrap, "dlq", "redrive", dlq, "--limit", str(limit), "--dry-run", "--json"
+            )
+            assert shown.exit_code == 0 and plan.exit_code == 0, shown.output + plan.output
+            picked = [(x["partition"], x["offset"]) for x in orjson.loads(shown.stdout)]
+            moved = [(m["dlq_partition"], m["dlq_offset"]) for m in orjson.loads(plan.stdout)["moved"]]
+            assert picked == moved == everything[:limit], limit
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)

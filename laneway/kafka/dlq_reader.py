@@ -30,14 +30,19 @@ __all__ = [
     "DeadLetter",
     "Filter",
     "LedgerEntry",
+    "Origin",
     "Progress",
     "header_item",
     "ledger_topic",
     "parse_filters",
     "read_dead_letters",
     "read_ledger",
+    "repeated_letters",
     "tool_consumer",
 ]
+
+#: a dead letter's original record: topic, partition, offset and key (:attr:`DeadLetter.origin`)
+Origin = tuple[str, int, int, bytes | None]
 
 #: called with (records done, records in all) while a long operation runs
 Progress = Callable[[int, int], None]
@@ -73,6 +78,18 @@ class DeadLetter:
     def value_dropped(self) -> bool:
         """Whether the dead letter left the original value out (``laneway.dropped``)."""
         return "value" in self.info.get(h.DROPPED, "").split(",")
+
+    @property
+    def origin(self) -> Origin | None:
+        """The record the letter copies: its ``laneway.original.*`` topic, partition and offset, and
+        its key (None when a header is missing). Two letters of one origin are the same record,
+        dead-lettered twice (a halt before the commit, then a restart that ran it again); with
+        another key, they are two records (the topic was recreated, its offsets used again)."""
+        try:
+            topic = self.info[h.ORIGINAL_TOPIC]
+            return topic, int(self.info[h.ORIGINAL_PARTITION]), int(self.info[h.ORIGINAL_OFFSET]), self.key
+        except (KeyError, ValueError):
+            return None
 
     @property
     def original_position(self) -> str:
@@ -219,11 +236,13 @@ def read_dead_letters(
     filters: Sequence[Filter] = (),
     limit: int | None = None,
     progress: Progress | None = None,
+    seen: Callable[[DeadLetter], None] | None = None,
 ) -> list[DeadLetter]:
     """The records of dead-letter topic ``topic`` that match every filter, by partition and offset:
     partition 0's from its lowest offset up, then partition 1's, and so on. ``limit`` keeps the first
     ``limit`` of that order, whatever order the broker delivers the partitions in: the records a
-    ``redrive`` with that limit considers (it takes them in the same order).
+    ``redrive`` with that limit considers (it takes them in the same order). ``seen`` is called
+    with every record read, matched or not.
 
     A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
     :class:`InvalidInputError` naming it, rather than matching nothing without a word.
@@ -250,6 +269,8 @@ def read_dead_letters(
             h.decode(list(raw)),
         )
         read += 1
+        if seen is not None:
+            seen(letter)
         if unseen:
             unseen = {name for name in unseen if letter.field(name) is None}
         if all(f.matches(letter) for f in filters):
@@ -264,6 +285,22 @@ def read_dead_letters(
         )
     out.sort(key=lambda x: (x.partition, x.offset))
     return out if limit is None else out[:limit]
+
+
+def repeated_letters(letters: Iterable[DeadLetter]) -> dict[str, DeadLetter]:
+    """For each letter whose :attr:`~DeadLetter.origin` an earlier letter of ``letters`` has (the
+    same record dead-lettered twice), that first letter, by the repeat's ledger key."""
+    first: dict[Origin, DeadLetter] = {}
+    out: dict[str, DeadLetter] = {}
+    for letter in letters:
+        origin = letter.origin
+        if origin is None:
+            continue
+        if origin in first:
+            out[letter.ledger_key] = first[origin]
+        else:
+            first[origin] = letter
+    return out
 
 
 def header_item(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:

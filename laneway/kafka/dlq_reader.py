@@ -30,14 +30,19 @@ __all__ = [
     "DeadLetter",
     "Filter",
     "LedgerEntry",
+    "Origin",
     "Progress",
     "header_item",
     "ledger_topic",
     "parse_filters",
     "read_dead_letters",
     "read_ledger",
+    "repeated_letters",
     "tool_consumer",
 ]
+
+#: a dead letter's original record: topic, partition, offset and key (:attr:`DeadLetter.origin`)
+Origin = tuple[str, int, int, bytes | None]
 
 #: called with (records done, records in all) while a long operation runs
 Progress = Callable[[int, int], None]
@@ -73,6 +78,18 @@ class DeadLetter:
     def value_dropped(self) -> bool:
         """Whether the dead letter left the original value out (``laneway.dropped``)."""
         return "value" in self.info.get(h.DROPPED, "").split(",")
+
+    @property
+    def origin(self) -> Origin | None:
+        """The record the letter copies: its ``laneway.original.*`` topic, partition and offset, and
+        its key (None when a header is missing). Two letters of one origin are the same record,
+        dead-lettered twice (a halt before the commit, then a restart that ran it again); with
+        another key, they are two records (the topic was recreated, its offsets used again)."""
+        try:
+            topic = self.info[h.ORIGINAL_TOPIC]
+            return topic, int(self.info[h.ORIGINAL_PARTITION]), int(self.info[h.ORIGINAL_OFFSET]), self.key
+        except (KeyError, ValueError):
+            return None
 
     @property
     def original_position(self) -> str:
@@ -165,8 +182,10 @@ def _read_topic(
     read_committed: bool,
     progress: Progress | None = None,
     timeout: float = 120.0,
+    enough: set[int] | None = None,
 ) -> Iterator[confluent_kafka.Message]:
-    """Every record of ``topic`` from the beginning to its end as of now."""
+    """Every record of ``topic`` from the beginning to its end as of now; the caller may add a
+    partition to ``enough`` to have no more of its records."""
     consumer = tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
@@ -185,7 +204,7 @@ def _read_topic(
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
         done = 0
         deadline = time.monotonic() + timeout
-        while pending:
+        while pending - (enough or set()):
             if time.monotonic() > deadline:
                 raise AdminError(f"reading {topic!r} took longer than {timeout:g}s")
             msg = consumer.poll(0.2)
@@ -203,6 +222,8 @@ def _read_topic(
             done += 1
             if progress is not None:
                 progress(done, total)
+            if enough and (msg.partition() or 0) in enough:
+                continue
             yield msg
     finally:
         consumer.close()
@@ -215,8 +236,13 @@ def read_dead_letters(
     filters: Sequence[Filter] = (),
     limit: int | None = None,
     progress: Progress | None = None,
+    seen: Callable[[DeadLetter], None] | None = None,
 ) -> list[DeadLetter]:
-    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset.
+    """The records of dead-letter topic ``topic`` that match every filter, by partition and offset:
+    partition 0's from its lowest offset up, then partition 1's, and so on. ``limit`` keeps the first
+    ``limit`` of that order, whatever order the broker delivers the partitions in: the records a
+    ``redrive`` with that limit considers (it takes them in the same order). ``seen`` is called
+    with every record read, matched or not.
 
     A filter on a field that none of the records has (a typo: ``-f eror.type=...``) raises
     :class:`InvalidInputError` naming it, rather than matching nothing without a word.
@@ -226,7 +252,10 @@ def read_dead_letters(
     out: list[DeadLetter] = []
     unseen = {f.name for f in filters}
     read = 0
-    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress):
+    # with a limit: a partition that has ``limit`` matches needs no more (its later offsets come after)
+    matched: dict[int, int] = {}
+    enough: set[int] = set()
+    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress, enough=enough):
         raw = tuple(header_item(item) for item in (msg.headers() or ()))
         ts_type, ts = msg.timestamp()
         letter = DeadLetter(
@@ -240,18 +269,38 @@ def read_dead_letters(
             h.decode(list(raw)),
         )
         read += 1
+        if seen is not None:
+            seen(letter)
         if unseen:
             unseen = {name for name in unseen if letter.field(name) is None}
         if all(f.matches(letter) for f in filters):
             out.append(letter)
-            if limit is not None and len(out) >= limit:
-                break
+            matched[letter.partition] = matched.get(letter.partition, 0) + 1
+            if limit is not None and matched[letter.partition] >= limit:
+                enough.add(letter.partition)
     if read and unseen:
         raise InvalidInputError(
             f"no record of {topic} has the field {', '.join(sorted(unseen))}: filter on key, partition, "
             f"offset or a header, such as error.type, reason or original.topic (laneway dlq show {topic})"
         )
-    return sorted(out, key=lambda x: (x.partition, x.offset))
+    out.sort(key=lambda x: (x.partition, x.offset))
+    return out if limit is None else out[:limit]
+
+
+def repeated_letters(letters: Iterable[DeadLetter]) -> dict[str, DeadLetter]:
+    """For each letter whose :attr:`~DeadLetter.origin` an earlier letter of ``letters`` has (the
+    same record dead-lettered twice), that first letter, by the repeat's ledger key."""
+    first: dict[Origin, DeadLetter] = {}
+    out: dict[str, DeadLetter] = {}
+    for letter in letters:
+        origin = letter.origin
+        if origin is None:
+            continue
+        if origin in first:
+            out[letter.ledger_key] = first[origin]
+        else:
+            first[origin] = letter
+    return out
 
 
 def header_item(item: Sequence[str | bytes | None]) -> tuple[str, bytes | None]:

@@ -7,7 +7,11 @@ topic ``<dlq-topic>.redrive-ledger`` keyed ``<dlq-topic>/<partition>/<offset>``,
 ``laneway-redrive-<dlq-topic>``, which also fences a concurrent redrive of the same topic).
 So either both the record and its ledger entry exist or neither does, and a later
 redrive skips what the ledger names: a redrive is never done twice by accident
-(``force=True`` overrides). Re-sent records keep their key, value and non-Laneway
+(``force=True`` overrides). A record dead-lettered twice (two letters of one origin: its
+``laneway.original.*`` topic, partition and offset, and its key; a halt before the commit, then a restart that
+ran it again) is sent back once: the first of its letters moves, the others are reported as
+repeats and left in place, and once the ledger names one letter of an origin, every letter of it
+is skipped. Re-sent records keep their key, value and non-Laneway
 headers, lose the ``laneway.*`` error headers and carry ``laneway.redrive.id``; sent back
 to their original topic, they go to their original partition (see :func:`redrive`).
 A dead letter that had to leave its value out (``laneway.dropped``: the record was near the
@@ -53,6 +57,7 @@ from laneway.kafka.dlq_reader import (
     DeadLetter,
     Filter,
     LedgerEntry,
+    Origin,
     Progress,
     header_item,
     ledger_topic,
@@ -88,8 +93,11 @@ class RedriveReport:
     dlq_topic: str
     dry_run: bool
     moved: tuple[Moved, ...]
-    #: records an earlier redrive already moved, with the ledger entry
+    #: records an earlier redrive already moved, with the ledger entry (of the letter itself, or
+    #: of another letter of the same origin)
     skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
+    #: letters of a record this redrive moves from another letter, each with that letter
+    repeats: tuple[tuple[DeadLetter, DeadLetter], ...] = ()
 
 
 def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 30.0) -> dict[str, DeadLetter]:
@@ -232,6 +240,38 @@ def _planned_partition(letter: DeadLetter, target: str, partitions: dict[str, in
     return partition if 0 <= partition < partitions.get(target, 0) else None
 
 
+def _choose(
+    letters: Sequence[DeadLetter],
+    ledger: dict[str, LedgerEntry],
+    recorded: dict[Origin, LedgerEntry],
+    *,
+    force: bool,
+    limit: int | None,
+) -> tuple[
+    list[DeadLetter], tuple[tuple[DeadLetter, LedgerEntry], ...], tuple[tuple[DeadLetter, DeadLetter], ...]
+]:
+    """The letters to move, in the order of ``letters`` (partition, then offset), at most ``limit``:
+    each origin once. Also the letters skipped as redriven before (unless ``force``: the letter's
+    own ledger entry, or that of another letter of its origin, from ``recorded``) and the repeats of
+    a chosen letter's origin, each with the chosen letter."""
+    chosen: list[DeadLetter] = []
+    skipped: list[tuple[DeadLetter, LedgerEntry]] = []
+    repeats: list[tuple[DeadLetter, DeadLetter]] = []
+    taken: dict[Origin, DeadLetter] = {}
+    for letter in letters:
+        origin = letter.origin
+        entry = ledger.get(letter.ledger_key) or (recorded.get(origin) if origin is not None else None)
+        if entry is not None and not force:
+            skipped.append((letter, entry))
+        elif origin is not None and origin in taken:
+            repeats.append((letter, taken[origin]))
+        elif limit is None or len(chosen) < limit:
+            chosen.append(letter)
+            if origin is not None:
+                taken[origin] = letter
+    return chosen, tuple(skipped), tuple(repeats)
+
+
 def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> None:
     name = ledger_topic(dlq_topic)
     replication = describe_topic(admin, dlq_topic).replication
@@ -274,12 +314,16 @@ def redrive(
     if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
         raise InvalidInputError(f"limit must be 1 or more, not {limit}")
     admin = connect(bootstrap)
-    letters = read_dead_letters(bootstrap, dlq_topic, filters=filters)
     ledger = read_ledger(bootstrap, dlq_topic)
-    skipped = tuple((x, ledger[x.ledger_key]) for x in letters if x.ledger_key in ledger and not force)
-    chosen = [x for x in letters if force or x.ledger_key not in ledger]
-    if limit is not None:
-        chosen = chosen[:limit]
+    recorded: dict[Origin, LedgerEntry] = {}  # origins a ledgered letter has
+
+    def note(letter: DeadLetter) -> None:  # every letter, the ones the filters leave out too
+        entry = ledger.get(letter.ledger_key)
+        if entry is not None and letter.origin is not None:
+            recorded.setdefault(letter.origin, entry)
+
+    letters = read_dead_letters(bootstrap, dlq_topic, filters=filters, seen=note if ledger else None)
+    chosen, skipped, repeats = _choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
@@ -290,7 +334,7 @@ def redrive(
         for x in chosen:
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, _planned_partition(x, target, partitions)))
-        return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped)
+        return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
@@ -342,4 +386,4 @@ def redrive(
             if progress is not None:
                 progress(len(moved), len(chosen))
     logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
-    return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped)
+    return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped, repeats)

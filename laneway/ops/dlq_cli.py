@@ -6,11 +6,14 @@ The logic lives in :mod:`laneway.kafka.dlq_reader` and :mod:`laneway.kafka.redri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from laneway.engine.events import _key_text as key_text  # the log lines' form of a key: one rule
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
@@ -40,6 +43,16 @@ def _short(text: str | None, width: int = 60) -> str:
         return "-"
     one = " ".join(text.split())
     return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def _position(letter: dr.DeadLetter | None) -> dict[str, int] | None:
+    return None if letter is None else {"partition": letter.partition, "offset": letter.offset}
+
+
+def _pairs(repeats: Sequence[tuple[dr.DeadLetter, dr.DeadLetter]]) -> str:
+    """``1/0 = 0/0, ...``: each repeated letter with the first letter of its record (up to 10 of them)."""
+    shown = [f"{x.partition}/{x.offset} = {y.partition}/{y.offset}" for x, y in repeats[:10]]
+    return ", ".join(shown) + (f", ... {len(repeats) - 10} more" if len(repeats) > 10 else "")
 
 
 def _check_limit(limit: int) -> None:
@@ -80,6 +93,13 @@ def dlq_show(
     with common.progress_bar(f"reading {topic}") as progress:
         letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
     ledger = dr.read_ledger(address, topic)
+    # a letter of a record an earlier letter has: a redrive moves that one (ordered before it: shown too)
+    repeated = dr.repeated_letters(letters)
+
+    def redriven_by(x: dr.DeadLetter) -> dr.LedgerEntry | None:
+        first = repeated.get(x.ledger_key)
+        return ledger.get(x.ledger_key) or (ledger.get(first.ledger_key) if first else None)
+
     if strays := sum(1 for x in letters if x.original_topic is None):  # an ordinary topic, say
         typer.secho(
             f"warning: {strays} of the {len(letters)} record(s) shown have no dead-letter headers "
@@ -90,7 +110,11 @@ def dlq_show(
     if json:
         common.echo_json(
             [
-                {**x.to_json(), "redriven_by": getattr(ledger.get(x.ledger_key), "redrive_id", None)}
+                {
+                    **x.to_json(),
+                    "redriven_by": getattr(redriven_by(x), "redrive_id", None),
+                    "duplicate_of": _position(repeated.get(x.ledger_key)),
+                }
                 for x in letters
             ]
         )
@@ -108,11 +132,11 @@ def dlq_show(
         + (" (limit reached)" if len(letters) >= limit else ""),
     )
     for x in letters:
-        entry = ledger.get(x.ledger_key)
+        entry = redriven_by(x)
         error = ": ".join(x.info[k] for k in (h.ERROR_TYPE, h.ERROR_MESSAGE) if x.info.get(k))
         table.add_row(
             f"{x.partition}/{x.offset}",
-            _short(x.field("key"), 24),
+            Text(key_text(x.key)),  # as a log line shows it; not read as markup
             # a letter without its value: a redrive reads it from the original, while retained
             x.original_position + (" (value left out)" if x.value_dropped else ""),
             _short(error),
@@ -121,6 +145,13 @@ def dlq_show(
             entry.redrive_id if entry else "-",
         )
     console.print(table)
+    if repeated:
+        pairs = _pairs([(x, first) for x in letters if (first := repeated.get(x.ledger_key))])
+        console.print(
+            f"{len(repeated)} duplicate letter(s) of the same record ({pairs}): "
+            "a redrive sends each record back once",
+            markup=False,
+        )
     if traceback:  # per letter: a rule naming it, then its traceback; no blank lines around
         for x in letters:
             console.rule(f"{x.partition}/{x.offset}")
@@ -179,6 +210,10 @@ def dlq_redrive(
                 "skipped": [
                     {"dlq_partition": x.partition, "dlq_offset": x.offset, "by": e} for x, e in report.skipped
                 ],
+                "duplicates": [
+                    {"dlq_partition": x.partition, "dlq_offset": x.offset, "duplicate_of": _position(first)}
+                    for x, first in report.repeats
+                ],
             }
         )
         return
@@ -200,6 +235,11 @@ def dlq_redrive(
         console.print(
             f"skipped {len(report.skipped)} record(s) already redriven "
             f"(by {', '.join(sorted({e.redrive_id for _, e in report.skipped}))}); --force moves them again"
+        )
+    if report.repeats:
+        console.print(
+            f"{len(report.repeats)} duplicate letter(s) of the same record skipped "
+            f"({_pairs(report.repeats)}): each record is sent back once"
         )
     if dry_run:
         console.print("dry run: nothing changed")

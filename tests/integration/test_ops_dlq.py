@@ -225,3 +225,80 @@ def test_bad_redrives_change_nothing(
 
     assert read_records(kafka_bootstrap, orders, 1, timeout=2) == []
     assert ledger_topic(dlq) not in kafka_admin.list_topics(timeout=10).topics
+
+
+def test_show_with_a_limit_picks_what_redrive_with_that_limit_moves(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """Letters on every partition of the DLQ, the most on partition 0: both take partition 0's
+    from its lowest offset, then partition 1's, then 2's, however the broker delivers them (show
+    kept the first N it was handed: 1/0, 1/1, 2/0 where redrive would move 0/0, 0/1, 0/2)."""
+    orders, dlq = make_topic(partitions=3, prefix="orders"), make_topic(partitions=3, prefix="orders-dlq")
+    placed = {2: 2, 1: 2, 0: 5}  # written partition 2 first, 0 last
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for partition, count in placed.items():
+            for i in range(count):
+                value, headers = dead_letter(orders, 10 * partition + i, f"p{partition}-{i}", ValueError("x"))
+                producer.send(dlq, value, key=f"p{partition}-{i}", headers=headers, partition=partition)
+    everything = [(p, o) for p in sorted(placed) for o in range(placed[p])]
+    try:
+        for limit in (1, 3, 6, 9):
+            shown = invoke(kafka_bootstrap, "dlq", "show", dlq, "--limit", str(limit), "--json")
+            plan = invoke(
+                kafka_bootstrap, "dlq", "redrive", dlq, "--limit", str(limit), "--dry-run", "--json"
+            )
+            assert shown.exit_code == 0 and plan.exit_code == 0, shown.output + plan.output
+            picked = [(x["partition"], x["offset"]) for x in orjson.loads(shown.stdout)]
+            moved = [(m["dlq_partition"], m["dlq_offset"]) for m in orjson.loads(plan.stdout)["moved"]]
+            assert picked == moved == everything[:limit], limit
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)
+
+
+def test_a_record_dead_lettered_twice_is_redriven_once(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """A halt before the commit, then a restart: the record at orders/1/40 failed again and has
+    two letters. A redrive sends it back once and says it skipped the other letter; once it did,
+    the other letter is skipped as redriven, even picked out alone by a filter."""
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for offset, key in ((40, "c1"), (41, "c2"), (40, "c1")):  # the third repeats the first
+            value, headers = dead_letter(orders, offset, key, ValueError("bad amount"))
+            producer.send(dlq, value, key=key, headers=headers)
+    try:
+        plan = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--dry-run", "--json")
+        report = orjson.loads(plan.stdout)
+        assert [m["dlq_offset"] for m in report["moved"]] == [0, 1]
+        assert report["duplicates"] == [
+            {"dlq_partition": 0, "dlq_offset": 2, "duplicate_of": {"partition": 0, "offset": 0}}
+        ]
+        shown = orjson.loads(invoke(kafka_bootstrap, "dlq", "show", dlq, "--json").stdout)
+        assert [x["duplicate_of"] for x in shown] == [None, None, {"partition": 0, "offset": 0}]
+        table = invoke(kafka_bootstrap, "dlq", "show", dlq)
+        assert "1 duplicate letter(s) of the same record (0/2 = 0/0)" in table.stdout
+
+        done = invoke(kafka_bootstrap, "dlq", "redrive", dlq)
+        assert done.exit_code == 0, done.output
+        assert "moved 2 record(s)" in done.stdout
+        assert "1 duplicate letter(s) of the same record skipped (0/2 = 0/0)" in done.stdout
+        sent = read_records(kafka_bootstrap, orders, 10, isolation="read_committed")
+        assert sorted(m.key() or b"" for m in sent) == [b"c1", b"c2"]  # c1 once
+        assert sorted(read_ledger(kafka_bootstrap, dlq)) == [f"{dlq}/0/0", f"{dlq}/0/1"]
+
+        alone = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "-f", "offset=2", "--json")
+        assert orjson.loads(alone.stdout)["moved"] == [] and len(orjson.loads(alone.stdout)["skipped"]) == 1
+        again = invoke(kafka_bootstrap, "dlq", "redrive", dlq)
+        assert "nothing to move" in again.stdout and "skipped 3 record(s) already redriven" in again.stdout
+        shown = orjson.loads(invoke(kafka_bootstrap, "dlq", "show", dlq, "--json").stdout)
+        assert all(x["redriven_by"] for x in shown)
+
+        forced = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--force", "--json")
+        assert [m["dlq_offset"] for m in orjson.loads(forced.stdout)["moved"]] == [0, 1]  # once each still
+        assert len(read_records(kafka_bootstrap, orders, 10, isolation="read_committed")) == 4
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)

@@ -13,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from laneway.engine.events import Event
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.ops import cli_common
@@ -85,3 +86,33 @@ def test_tracebacks_follow_the_table_one_rule_each_without_blank_lines() -> None
     assert after[1:4] == _TRACEBACK.splitlines()
     assert after[5] == "(no traceback)"
     assert all(line.strip() for line in lines)
+
+
+def _key_cells(monkeypatch: pytest.MonkeyPatch, *keys: bytes) -> list[str]:
+    """The key column of ``dlq show``'s table for letters with ``keys``, each cell's lines joined."""
+    letters = [
+        dr.DeadLetter("orders.dlq", 0, i, key, b"{}", None, (), {h.ORIGINAL_TOPIC: "orders"})
+        for i, key in enumerate(keys)
+    ]
+    monkeypatch.setattr(dr, "read_dead_letters", lambda *a, **k: letters)
+    lines, _ = _show()
+    header = next(i for i, line in enumerate(lines) if "dlq p/offset" in line)
+    cells: dict[str, str] = {}
+    position = ""
+    for line in lines[header + 2 : -1]:  # below the header's rule, above the bottom border
+        row = [cell.strip() for cell in line.split("│")[1:-1]]
+        position = row[0] or position  # a wrapped cell continues on the next line
+        cells[position] = cells.get(position, "") + row[1]
+    return [cells[f"0/{i}"] for i in range(len(keys))]
+
+
+def test_a_key_is_shown_as_a_log_line_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same text as ``Event.__repr__``'s ``key=``: escaped, not folded on whitespace, cut past
+    64 characters (it was cut at 24, and ``\\x00`` or a newline became a space)."""
+    keys = [b"\xff\x00bin", b"a\nb", b"k" * 100, b"[bold]sku[/bold]"]
+    cells = _key_cells(monkeypatch, *keys)
+    logged = [
+        repr(Event("orders", 1, 5, key, None)).split(" key=")[1].rsplit(" attempt=", 1)[0] for key in keys
+    ]
+    assert cells == logged
+    assert cells[:2] == ["\ufffd\\x00bin", "a\\nb"] and cells[2] == "k" * 63 + "…"

@@ -56,3 +56,17 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         raise AssertionError("unreachable")
     finally:
         c.close()
+
+
+def read_all(bootstrap: str, topic: str, expect: int, timeout: float = 30) -> list[object]:
+    """The topic's records from the start, until ``expect`` arrived or ``timeout`` passed."""
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
+    )
+    c.subscribe([topic])
+    out: list[object] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expect and time.monotonic() < deadline:
+        out.extend(m for m in c.consume(100, 0.5) if m.error() is None)
+    c.close()
+    return out

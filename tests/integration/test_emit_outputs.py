@@ -4,28 +4,12 @@ client's own size limit halts the app naming the topic, and no commit passes it.
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from confluent_kafka import Consumer
 
 from laneway import App, Event, ExactlyOnce, Retry
 from laneway.kafka import headers as h
 from tests.conftest import TopicFactory
-from tests.integration.helpers import committed, produce_keyed
-
-
-def _read(bootstrap: str, topic: str, expect: int, timeout: float = 30) -> list[object]:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
-    )
-    c.subscribe([topic])
-    out: list[object] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < expect and time.monotonic() < deadline:
-        out.extend(m for m in c.consume(100, 0.5) if m.error() is None)
-    c.close()
-    return out
+from tests.integration.helpers import committed, produce_keyed, read_all
 
 
 def test_a_handler_emitting_a_dict_is_dead_lettered_and_the_app_goes_on(
@@ -50,11 +34,11 @@ def test_a_handler_emitting_a_dict_is_dead_lettered_and_the_app_goes_on(
 
     assert app.run_until(lambda: committed(kafka_bootstrap, group_id, source, 1)[0] == 3, 60)
     assert sorted(calls) == [(0, 1), (1, 1), (1, 2), (2, 1)]
-    (letter,) = _read(kafka_bootstrap, dlq, 1)
+    (letter,) = read_all(kafka_bootstrap, dlq, 1)
     why = h.decode(letter.headers())  # type: ignore[attr-defined]
     assert why[h.ORIGINAL_OFFSET] == "1" and why[h.ERROR_TYPE].endswith("TypeError")
     assert "value must be bytes, str or None, not dict" in why[h.ERROR_MESSAGE]
-    assert sorted(m.value() for m in _read(kafka_bootstrap, output, 2)) == [b"0", b"2"]  # type: ignore[attr-defined]
+    assert sorted(m.value() for m in read_all(kafka_bootstrap, output, 2)) == [b"0", b"2"]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("exactly_once", [None, ExactlyOnce()], ids=["at-least-once", "exactly-once"])

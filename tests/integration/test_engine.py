@@ -9,12 +9,12 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
-from laneway import App, Backpressure, ConfigError, Event, ExactlyOnce, MetricsServer, Retry, Timeouts
+from laneway import App, Backpressure, ConfigError, Event, MetricsServer, Retry, Timeouts
 from laneway.kafka import headers as h
 from tests.conftest import TopicFactory
-from tests.integration.helpers import committed, end_offsets, produce_keyed
+from tests.integration.helpers import committed, end_offsets, produce_keyed, read_all
 
 
 def test_100k_records_ordered_per_key_at_least_once(
@@ -52,19 +52,6 @@ def test_100k_records_ordered_per_key_at_least_once(
     assert committed(kafka_bootstrap, group_id, topic, 8) == end_offsets(kafka_bootstrap, topic, 8)
 
 
-def _read_all(bootstrap: str, topic: str, expect: int, timeout: float = 30) -> list[object]:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
-    )
-    c.subscribe([topic])
-    out: list[object] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < expect and time.monotonic() < deadline:
-        out.extend(m for m in c.consume(100, 0.5) if m.error() is None)
-    c.close()
-    return out
-
-
 def test_poison_record_is_dead_lettered_and_its_key_waits(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:
@@ -99,7 +86,7 @@ def test_poison_record_is_dead_lettered_and_its_key_waits(
     assert min(bad_after) > failures[-1]  # its key's later records waited behind it
     assert [v for _, k, v in finished if k == b"bad"] == [f"after-{i}".encode() for i in range(5)]
 
-    [msg] = _read_all(kafka_bootstrap, dlq, 1)
+    [msg] = read_all(kafka_bootstrap, dlq, 1)
     assert msg.key() == b"bad" and msg.value() == b"poison"  # type: ignore[attr-defined]
     hdrs = h.decode(msg.headers())  # type: ignore[attr-defined]
     assert hdrs["trace"] == "abc"
@@ -125,7 +112,7 @@ def test_malformed_json_goes_to_the_dead_letter_topic(
     app.handler(topic, dead_letter_topic=dlq, deserializer="json")(lambda ev: payloads.append(ev.payload))
     assert app.run_until(lambda: len(payloads) == 2, timeout=30)
     assert payloads == [{"n": 1}, {"n": 2}]
-    [msg] = _read_all(kafka_bootstrap, dlq, 1)
+    [msg] = read_all(kafka_bootstrap, dlq, 1)
     hdrs = h.decode(msg.headers())  # type: ignore[attr-defined]
     assert hdrs[h.REASON] == "deserialize" and hdrs[h.ATTEMPTS] == "1"
     assert msg.value() == b"\xff\xfe not json"  # type: ignore[attr-defined]
@@ -450,139 +437,8 @@ def test_emitted_records_are_produced_once_per_success(
         count[0] += 1
 
     assert app.run_until(lambda: count[0] >= 200, 60)
-    values = sorted(int(m.value()) for m in _read_all(kafka_bootstrap, output, 201))  # type: ignore[attr-defined]
+    values = sorted(int(m.value()) for m in read_all(kafka_bootstrap, output, 201))  # type: ignore[attr-defined]
     assert values == sorted([*range(200), 7])
-
-
-def test_outputs_the_broker_refuses_halt_the_app_and_no_commit_passes_them(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
-) -> None:
-    """An output over its topic's size limit halts the app; its record and the batch's others
-    are not committed past (the closing commit passed them once: lost), so a restart with the
-    handler fixed produces every output."""
-    from laneway.kafka.commit import OutputError
-
-    source = make_topic(partitions=1)
-    output = make_topic(partitions=1, prefix="out", config={"max.message.bytes": "2000"})
-    dlq = make_topic(partitions=1, prefix="dlq")
-    produce_keyed(kafka_bootstrap, source, 3, keys=3)
-    size = [3000]  # the first run's record 1 emits more than the output topic takes
-
-    def run() -> App:
-        app = App("refused", bootstrap_servers=kafka_bootstrap, group_id=group_id)
-
-        @app.handler(source, dead_letter_topic=dlq)
-        def handle(ev: Event) -> None:
-            ev.emit(output, b"x" * (size[0] if ev.offset == 1 else 10), key=ev.key)
-
-        return app
-
-    with pytest.raises(OutputError, match=f"to {output}"):
-        run().run_until(lambda: False, timeout=60)
-    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 3
-    size[0] = 10
-    assert run().run_until(lambda: committed(kafka_bootstrap, group_id, source, 1)[0] == 3, 60)
-    got = _read_all(kafka_bootstrap, output, 3)
-    assert sorted(m.key() for m in got) == sorted({m.key() for m in got}) and len(got) >= 3  # type: ignore[attr-defined]
-
-
-def test_a_shutdown_while_outputs_wait_for_a_missing_topic_halts_within_its_timeouts(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
-) -> None:
-    """A stop while the emitted records wait for a topic that does not exist (librdkafka would
-    wait 30 s for its metadata, the flush 60 s): the shutdown gives up after the revoke timeout
-    (at least 5 s of flushing), raises the error naming the topic and the broker's reason, and
-    commits nothing. It used to wait 20 s, return cleanly and say nothing."""
-    from laneway.kafka.commit import OutputError
-
-    source = make_topic(partitions=1)
-    dlq = make_topic(partitions=1, prefix="dlq")
-    missing = f"missing-{source}"
-    produce_keyed(kafka_bootstrap, source, 5, keys=5)
-    calls: list[int] = []
-    app = App(
-        "outfail",
-        bootstrap_servers=kafka_bootstrap,
-        group_id=group_id,
-        timeouts=Timeouts(commit_interval=0.2, revoke=1),
-    )
-
-    @app.handler(source, dead_letter_topic=dlq)
-    def handle(ev: Event) -> None:
-        ev.emit(missing, ev.value, key=ev.key)
-        calls.append(ev.offset)
-
-    asked: list[float] = []
-
-    def done() -> bool:  # a record ran, and the flush of its output is under way
-        if calls and not asked and time.sleep(0.5) is None:
-            asked.append(time.monotonic())
-        return bool(asked)
-
-    with pytest.raises(OutputError) as halted:
-        app.run_until(done, timeout=30)
-    assert time.monotonic() - asked[0] < 9  # the revoke's 1 s and the flush's 5 s, plus the close
-    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
-    assert app.fatal is halted.value and app.state == "stopped"
-    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0  # nothing committed
-
-
-def test_a_running_app_whose_outputs_go_to_a_missing_topic_halts_without_librdkafka_s_30s(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
-) -> None:
-    """While the app runs, a commit's flush asks the broker for its topics every 2 s: a topic
-    missing twice in a row halts the app, naming it, instead of after librdkafka's 30 s
-    (``topic.metadata.propagation.max.ms``), during which the consumer fetched nothing. Nothing
-    is committed past the records."""
-    from laneway.kafka.commit import OutputError
-
-    source = make_topic(partitions=1)
-    dlq = make_topic(partitions=1, prefix="dlq")
-    missing = f"missing-{source}"
-    produce_keyed(kafka_bootstrap, source, 5, keys=5)
-    app = App("outfail-run", bootstrap_servers=kafka_bootstrap, group_id=group_id)
-
-    @app.handler(source, dead_letter_topic=dlq)
-    def handle(ev: Event) -> None:
-        ev.emit(missing, ev.value, key=ev.key)
-
-    stopped: list[bool] = []  # our stop, 25 s in (a stop's own flush halts on a missing topic too)
-    started = time.monotonic()
-
-    def stop() -> bool:
-        if time.monotonic() > started + 25 and not stopped:
-            stopped.append(True)
-        return bool(stopped)
-
-    with pytest.raises(OutputError) as halted:
-        app.run_until(stop, timeout=60)
-    assert not stopped  # the app halted while running: librdkafka alone would have taken 30 s
-    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
-    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0
-
-
-def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
-) -> None:
-    """Exactly once: the records to a missing topic time out with the transaction (10 s); the
-    halt's error names the topic and the broker's reason (it used to give only librdkafka's
-    "failed delivery (see individual delivery reports)"), and nothing is committed."""
-    from laneway.kafka.commit import OutputError
-
-    source = make_topic(partitions=1)
-    dlq = make_topic(partitions=1, prefix="dlq")
-    missing = f"missing-{source}"
-    produce_keyed(kafka_bootstrap, source, 2, keys=2)
-    app = App("outfail-eos", bootstrap_servers=kafka_bootstrap, group_id=group_id, exactly_once=ExactlyOnce())
-
-    @app.handler(source, dead_letter_topic=dlq)
-    def handle(ev: Event) -> None:
-        ev.emit(missing, ev.value, key=ev.key)
-
-    with pytest.raises(OutputError) as halted:
-        app.run_until(lambda: False, timeout=40)
-    assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
-    assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0
 
 
 def test_halt_policy_stops_the_app_and_commits_only_before_the_failure(

@@ -246,6 +246,11 @@ def test_bad_handler_options_fail_when_registered_naming_the_field(
         ({"initial_backoff": float("nan")}, "retry.initial_backoff"),
         ({"multiplier": float("nan")}, "retry.multiplier"),
         ({"jitter": "0.5"}, "retry.jitter"),
+        # accepted before, unlike Timeouts: an endless backoff, and a Retry that never retries
+        ({"max_backoff": float("inf")}, "retry.max_backoff"),
+        ({"initial_backoff": float("inf"), "max_backoff": float("inf")}, "retry.initial_backoff"),
+        ({"multiplier": float("inf")}, "retry.multiplier"),
+        ({"retry_on": ()}, "retry.retry_on"),
     ],
 )
 def test_bad_retry_options_fail_naming_the_field(options: dict[str, object], field: str) -> None:
@@ -254,6 +259,17 @@ def test_bad_retry_options_fail_naming_the_field(options: dict[str, object], fie
     with pytest.raises(ConfigError) as info:
         Retry(**options)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_retry_explains_its_refusals() -> None:
+    from laneway import Retry
+
+    with pytest.raises(ConfigError) as info:
+        Retry(max_backoff=float("inf"))
+    assert info.value.reason == "must be a finite number of seconds, got inf"  # as Timeouts says
+    with pytest.raises(ConfigError) as info:
+        Retry(max_attempts=5, retry_on=())
+    assert "max_attempts=1" in info.value.reason
 
 
 def test_retry_on_takes_one_exception_class_too() -> None:

@@ -43,6 +43,7 @@ from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
 from laneway.lifecycle import AppState, AppStateError, Lifecycle, tune_gc
+from laneway.monitor.joining import JoinWatch
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
 from laneway.registration import check_handler, check_topic, deserializer_of
@@ -310,7 +311,7 @@ class App:
             on_fatal=self._on_fatal,
         )
         self.status.delays = {t: h.delay.seconds for t, h in self.handlers.items() if h.delay is not None}
-        self.status.start()
+        self.status.start(JoinWatch.of(s, self.metrics, self._life.stopping))  # logs a wait for the group
         topics = sorted(self.handlers)
         for i in range(s.consumers):
             conf = {**self._client_config(), "group.id": s.group_id, "client.id": f"{s.name}-{i}"}
@@ -328,13 +329,8 @@ class App:
             )
             self.sources.append(source)
             source.start()
-        logger.info(
-            "%s started: %d consumer(s), concurrency %d, topics %s",
-            s.name,
-            s.consumers,
-            s.concurrency,
-            topics,
-        )
+        started = "%s started: %d consumer(s), concurrency %d, topics %s"
+        logger.info(started, s.name, s.consumers, s.concurrency, topics)
 
     def _traced(self, handlers: dict[str, HandlerSpec]) -> dict[str, HandlerSpec]:
         """The handlers the engine runs: wrapped in spans when tracing is on (docs/tracing.md)."""

@@ -10,15 +10,18 @@ letters) take only its connection and security settings (:func:`shared_client_co
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
+from confluent_kafka import Consumer, KafkaException, Producer
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
+from laneway.kafka import secrets
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "RESERVED_KAFKA_KEYS",
     "AppSettings",
     "Tracing",
+    "librdkafka_refusal",
     "replica",
     "shared_client_config",
     "upgrade_keywords",
@@ -86,6 +90,46 @@ def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
     """The part of ``kafka_config`` Laneway's producers take: :data:`SHARED_KEYS` and the keys
     starting with one of :data:`SHARED_PREFIXES`. Producer settings go in ``producer_config``."""
     return {k: v for k, v in kafka_config.items() if k in SHARED_KEYS or k.startswith(SHARED_PREFIXES)}
+
+
+#: what a client built only to check settings logs: nothing (no broker is named, by design)
+_QUIET = logging.Logger("laneway.settings.check", logging.CRITICAL + 1)
+_QUIET.addHandler(logging.NullHandler())
+#: librdkafka's security protocols; a valid one is checked as plaintext (see librdkafka_refusal)
+_PROTOCOLS: Final[frozenset[str]] = frozenset({"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"})
+
+
+def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
+    """What librdkafka says of ``config`` (an unknown property, a bad value), or None when it
+    takes it: a consumer (``kafka_config``) or a producer (``producer_config``) is built with it
+    and closed at once, in a few milliseconds, without connecting to anything.
+
+    Left out of the check, so that building the client has no side effects: the broker list
+    (no connection), the callables (an ``oauth_cb`` would be called), and the security: a valid
+    ``security.protocol`` is checked as plaintext, so no TLS files are loaded, no token is
+    fetched (an OIDC client fetches one when built), no ``kinit`` runs. Those settings' names
+    and values are still checked; their files and the login are checked when the app starts
+    (laneway.kafka.preflight)."""
+    conf = {
+        k: v
+        for k, v in config.items()
+        if k not in ("bootstrap.servers", "metadata.broker.list", "logger") and not callable(v)
+    }
+    if str(conf.get("security.protocol", "plaintext")).lower() in _PROTOCOLS:
+        conf["security.protocol"] = "plaintext"
+    try:
+        if consumer:
+            Consumer({**conf, "group.id": "laneway-settings-check"}, logger=_QUIET).close()
+        else:
+            Producer(conf, logger=_QUIET)  # freed (librdkafka's threads joined) when dropped
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        text = err.str() if hasattr(err, "str") else str(err)
+    except (TypeError, ValueError) as exc:  # the Python client's own: a callback that is not callable
+        text = str(exc)
+    else:
+        return None
+    return secrets.scrub(secrets.scrub(text), secrets.secret_values(config))
 
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning
@@ -155,10 +199,13 @@ class AppSettings(BaseModel):
 
     @field_validator("kafka_config", "producer_config")
     @classmethod
-    def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _not_reserved(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         for key, why in RESERVED_KAFKA_KEYS.items():
             if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
                 raise ValueError(f"{key!r} is Laneway's to set: {why}")
+        # an unknown property or a bad value: now, naming the field, not when the app starts
+        if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config")):
+            raise ValueError(refusal)
         return v
 
     @field_validator("consumers", "concurrency", mode="before")

@@ -61,8 +61,9 @@ class Retry:
             raise ConfigError("retry.max_attempts", f"must be a whole number >= 1, got {self.max_attempts!r}")
         for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
             value = getattr(self, name)
-            if not is_number(value) or (name != "max_backoff" and not math.isfinite(value)):
-                raise ConfigError(f"retry.{name}", f"must be a number, got {value!r}")
+            if not is_number(value) or not math.isfinite(value):  # as Timeouts: inf and nan refused
+                what = "a finite number of seconds" if name.endswith("backoff") else "a finite number"
+                raise ConfigError(f"retry.{name}", f"must be {what}, got {value!r}")
         if self.initial_backoff < 0:
             raise ConfigError("retry.initial_backoff", f"must be >= 0, got {self.initial_backoff}")
         if self.max_backoff < self.initial_backoff:
@@ -79,6 +80,10 @@ class Retry:
             isinstance(c, type) and issubclass(c, BaseException) for c in retry_on
         ):
             raise ConfigError("retry.retry_on", f"must be a tuple of exception classes, got {retry_on!r}")
+        if not retry_on:  # nothing would ever be retried, whatever max_attempts says
+            raise ConfigError(
+                "retry.retry_on", "is empty, so nothing would be retried: for no retries use max_attempts=1"
+            )
 
     def should_retry(self, error: BaseException, attempt: int) -> bool:
         return attempt < self.max_attempts and isinstance(error, self.retry_on)

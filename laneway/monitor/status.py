@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from laneway.engine.partitions import PartitionStatus
 from laneway.engine.processor import Processor
 from laneway.monitor.hotkeys import HotKeys
+from laneway.monitor.joining import JoinWatch
 from laneway.monitor.metrics import PrometheusMetrics
 
 __all__ = ["StatusBoard", "key_text", "quantile", "stalled_text"]
@@ -112,12 +113,17 @@ class StatusBoard:
         self.hot_keys = hot_keys or HotKeys()
         self._clock = clock
         self._watch: threading.Thread | None = None
+        self._joins: JoinWatch | None = None
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ the watch thread
 
-    def start(self) -> StatusBoard:
-        """Read the ledger every second (at most a quarter of ``stall``), so ages are kept."""
+    def start(self, joins: JoinWatch | None = None) -> StatusBoard:
+        """Read the ledger every second (at most a quarter of ``stall``), so ages are kept; with
+        ``joins``, say while the group has assigned the consumers nothing (laneway.monitor.joining)."""
+        self._joins = joins
+        if joins is not None:
+            joins.start()
         self._watch = threading.Thread(target=self._run, name="laneway-status", daemon=True)
         self._watch.start()
         return self
@@ -128,6 +134,8 @@ class StatusBoard:
             processor = self._processor()
             if processor is not None and not processor.closed:
                 processor.status()
+            if self._joins is not None:
+                self._joins.check()
 
     def stop(self) -> None:
         self._stop.set()

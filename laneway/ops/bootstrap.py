@@ -1,7 +1,8 @@
 """The command lines' connection options: ``--bootstrap`` and ``--client-config``.
 
 ``--bootstrap``/``-b``, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start``
-recorded (while it runs), else 127.0.0.1:9092.
+recorded (while it runs), else 127.0.0.1:9092. An empty ``--bootstrap ""``, and an empty
+``$LANEWAY_BOOTSTRAP`` when it is read, exit 2: not taken as unset (another broker).
 
     address = resolve_bootstrap(bootstrap)   # bootstrap: the option's value, None when not given
 
@@ -39,6 +40,20 @@ R = TypeVar("R")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
+ENV_VAR = "LANEWAY_BOOTSTRAP"
+
+
+def _given(value: str | None) -> str | None:
+    """``--bootstrap``'s callback: an empty one exits 2 before the command does anything (it
+    was taken as unset, and the command went to another broker without a word)."""
+    if value is not None and not value.strip():
+        raise _fail(
+            "--bootstrap: must not be empty: give host:port, or leave the option out "
+            f"(then ${ENV_VAR}, then `laneway broker`'s, then {DEFAULT_BOOTSTRAP})"
+        )
+    return value
+
+
 Bootstrap = Annotated[
     str | None,
     typer.Option(
@@ -49,22 +64,37 @@ Bootstrap = Annotated[
             "$LANEWAY_BOOTSTRAP, then `laneway broker`'s, then 127.0.0.1:9092)"
         ),
         show_default=False,
+        callback=_given,
+        is_eager=True,  # refused before a missing argument or another option is complained of
     ),
 ]
 
 
 def resolve_bootstrap(explicit: str | None) -> str:
     """``explicit``, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
-    else 127.0.0.1:9092."""
-    if explicit:
+    else 127.0.0.1:9092. An empty ``explicit`` or ``$LANEWAY_BOOTSTRAP`` is refused (exit 2),
+    as the warehouse's variable is: taken as unset, it would name another broker."""
+    if explicit is not None:
+        _given(explicit)
         return explicit
-    env = os.environ.get("LANEWAY_BOOTSTRAP")
+    env = os.environ.get(ENV_VAR)
+    if env is not None and not env.strip():
+        raise _fail(
+            f"{ENV_VAR} is set but empty: set it to host:port, or unset it "
+            f"(then `laneway broker`'s, then {DEFAULT_BOOTSTRAP})"
+        )
     if env:
         return env
     info = BrokerInfo.load(jars.cache_dir() / "broker" / "state.json")
     if info is not None and info.alive():
         return info.bootstrap
     return DEFAULT_BOOTSTRAP
+
+
+def _fail(message: str) -> typer.Exit:
+    from laneway.ops.cli import fail
+
+    return fail(message)
 
 
 ClientConfig = Annotated[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,55 @@ def test_kafka_config_takes_other_keys_and_auto_commit_off() -> None:
     config = {"session.timeout.ms": 6000, "enable.auto.commit": False, "enable.auto.offset.store": "false"}
     app = App("a", bootstrap_servers="127.0.0.1:9092", kafka_config=config)
     assert app.settings.kafka_config == config
+
+
+@pytest.mark.parametrize(
+    ("field", "config", "named"),
+    [
+        ("kafka_config", {"bogus.key": 1}, '"bogus.key"'),
+        ("kafka_config", {"auto.offset.reset": "bogus"}, '"auto.offset.reset"'),
+        ("kafka_config", {"session.timeout.ms": "soon"}, '"session.timeout.ms"'),
+        ("kafka_config", {"security.protocol": "tls"}, '"security.protocol"'),
+        ("producer_config", {"bogus.key": 1}, '"bogus.key"'),
+        ("producer_config", {"linger.ms": "soon"}, '"queue.buffering.max.ms"'),  # librdkafka's alias
+    ],
+)
+def test_librdkafka_settings_it_refuses_fail_when_the_app_is_built(
+    field: str, config: dict[str, object], named: str
+) -> None:
+    # they were refused only by the start: "error: kafka_config: No such configuration property"
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", **{field: config})  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert named in info.value.reason
+
+
+def test_checking_the_librdkafka_settings_connects_nowhere_and_loads_no_files() -> None:
+    """The check builds a client with the settings but no broker, and as plaintext: a token
+    endpoint is not called (an OIDC client fetches a token when built), a TLS file not read."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    config = {
+        "security.protocol": "sasl_ssl",
+        "ssl.ca.location": "/nonexistent/ca.pem",  # the start names it (preflight)
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.token.endpoint.url": f"http://127.0.0.1:{port}/token",
+        "sasl.oauthbearer.client.id": "laneway",
+        "sasl.oauthbearer.client.secret": "s3cret-value",
+    }
+    try:
+        app = App(
+            "a", bootstrap_servers=f"127.0.0.1:{port}", kafka_config=config, producer_config={"acks": "all"}
+        )
+        assert app.settings.kafka_config == config
+        with pytest.raises(BlockingIOError):  # nothing connected
+            listener.accept()
+    finally:
+        listener.close()
 
 
 def test_metrics_host_defaults_to_loopback() -> None:
@@ -196,6 +246,11 @@ def test_bad_handler_options_fail_when_registered_naming_the_field(
         ({"initial_backoff": float("nan")}, "retry.initial_backoff"),
         ({"multiplier": float("nan")}, "retry.multiplier"),
         ({"jitter": "0.5"}, "retry.jitter"),
+        # accepted before, unlike Timeouts: an endless backoff, and a Retry that never retries
+        ({"max_backoff": float("inf")}, "retry.max_backoff"),
+        ({"initial_backoff": float("inf"), "max_backoff": float("inf")}, "retry.initial_backoff"),
+        ({"multiplier": float("inf")}, "retry.multiplier"),
+        ({"retry_on": ()}, "retry.retry_on"),
     ],
 )
 def test_bad_retry_options_fail_naming_the_field(options: dict[str, object], field: str) -> None:
@@ -204,6 +259,17 @@ def test_bad_retry_options_fail_naming_the_field(options: dict[str, object], fie
     with pytest.raises(ConfigError) as info:
         Retry(**options)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_retry_explains_its_refusals() -> None:
+    from laneway import Retry
+
+    with pytest.raises(ConfigError) as info:
+        Retry(max_backoff=float("inf"))
+    assert info.value.reason == "must be a finite number of seconds, got inf"  # as Timeouts says
+    with pytest.raises(ConfigError) as info:
+        Retry(max_attempts=5, retry_on=())
+    assert "max_attempts=1" in info.value.reason
 
 
 def test_retry_on_takes_one_exception_class_too() -> None:

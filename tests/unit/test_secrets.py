@@ -78,13 +78,21 @@ def test_app_reads_a_client_config_file(tmp_path: Path) -> None:
 
 
 def test_a_config_error_from_a_bad_setting_does_not_show_the_secret() -> None:
-    app = App(
-        "orders", bootstrap_servers="127.0.0.1:9", kafka_config={"sasl.password": SECRET, "bogus.key": SECRET}
-    )
-    app.handler("t")(lambda e: None)
-    with pytest.raises(ConfigError) as info:
-        app.check()
+    with pytest.raises(ConfigError) as info:  # refused when the App is built, not at its start
+        App(
+            "orders",
+            bootstrap_servers="127.0.0.1:9",
+            kafka_config={"sasl.password": SECRET, "bogus.key": SECRET},
+        )
     assert "bogus.key" in str(info.value)
+    assert SECRET not in str(info.value)
+    with pytest.raises(ConfigError) as info:  # librdkafka quotes a value it refuses
+        App(
+            "orders",
+            bootstrap_servers="127.0.0.1:9",
+            kafka_config={"sasl.password": SECRET, "auto.offset.reset": SECRET},
+        )
+    assert "auto.offset.reset" in str(info.value)
     assert SECRET not in str(info.value)
 
 

@@ -15,8 +15,7 @@ from laneway import App, Event, Timeouts
 from laneway.kafka import headers as h
 from laneway.kafka.redrive import RedriveError, redrive
 from tests.conftest import TopicFactory
-from tests.integration.helpers import committed, end_offsets
-from tests.integration.test_engine import _read_all
+from tests.integration.helpers import committed, end_offsets, read_all
 from tests.integration.test_ops_cli import invoke
 
 LIMIT = 20_000  # the topics' max.message.bytes
@@ -62,7 +61,7 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
     assert app.run_until(lambda: done == [b"ok"], timeout=60)
     assert committed(kafka_bootstrap, group_id, topic, 1) == {0: 4}  # no record held the partition
 
-    letters = {m.key(): m for m in _read_all(kafka_bootstrap, dlq, 3)}  # type: ignore[attr-defined]
+    letters = {m.key(): m for m in read_all(kafka_bootstrap, dlq, 3)}  # type: ignore[attr-defined]
     assert sorted(letters) == [b"barely", b"fits", b"small"]
     info = {k: h.decode(m.headers()) for k, m in letters.items()}
     for offset, key in enumerate((b"small", b"fits", b"barely")):
@@ -88,7 +87,7 @@ def test_records_near_the_size_limit_are_dead_lettered_and_redriven_whole(
     # a redrive sends the original value and headers back, read from the original record
     report = redrive(kafka_bootstrap, dlq, to=back)
     assert len(report.moved) == 3
-    resent = {m.key(): m for m in _read_all(kafka_bootstrap, back, 3)}  # type: ignore[attr-defined]
+    resent = {m.key(): m for m in read_all(kafka_bootstrap, back, 3)}  # type: ignore[attr-defined]
     assert {k: m.value() for k, m in resent.items()} == {b"small": b"tiny", b"fits": fits, b"barely": barely}
     assert h.decode(resent[b"barely"].headers())["trace-id"] == "t-2"
 
@@ -127,7 +126,7 @@ def test_the_producers_own_size_limit_is_refused_locally_and_the_letter_sent_lig
     finally:
         letters.close()  # waits for the letter in flight
     assert outcome == [None]
-    [letter] = _read_all(kafka_bootstrap, dlq, 1)
+    [letter] = read_all(kafka_bootstrap, dlq, 1)
     info = h.decode(letter.headers())  # type: ignore[attr-defined]
     assert info[h.DROPPED] == "traceback,message" and h.TRACEBACK not in info
     assert letter.value() == value  # type: ignore[attr-defined]

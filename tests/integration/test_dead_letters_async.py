@@ -13,8 +13,7 @@ from laneway import App, DeadLetterError, Event, Retry, Timeouts
 from laneway.kafka import headers as h
 from laneway.kafka.dlq import KafkaDeadLetters
 from tests.conftest import TopicFactory
-from tests.integration.helpers import committed, end_offsets
-from tests.integration.test_engine import _read_all
+from tests.integration.helpers import committed, end_offsets, read_all
 from tests.integration.test_producer import read_records
 from tests.unit.test_processor import wait_for
 
@@ -159,7 +158,7 @@ def test_letters_that_fit_one_by_one_but_not_together_are_sent_whole(
     finally:
         writer.close()  # waits for the letters in flight
     assert outcomes == [None, None]
-    letters = _read_all(kafka_bootstrap, dlq, 2, timeout=10)
+    letters = read_all(kafka_bootstrap, dlq, 2, timeout=10)
     assert sorted(m.value() for m in letters) == [b"A" * 12_000, b"B" * 12_000]  # type: ignore[attr-defined]
     assert all(h.DROPPED not in h.decode(m.headers()) for m in letters)  # type: ignore[attr-defined]
     refused = [r.getMessage() for r in caplog.records if "was refused in a batch" in r.getMessage()]

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
 from laneway import App, Event, Retry, Timeouts, Tracing
 from laneway.kafka import headers as h
 from tests.conftest import TopicFactory
-from tests.integration.test_engine import _read_all
+from tests.integration.helpers import read_all
 
 N = 40  # records per topic
 
@@ -86,7 +86,7 @@ def test_spans_link_the_producer_and_the_context_reaches_emitted_records_and_dea
 
     # the emitted records: each carries the context of its source record's span, which links the
     # source's producer
-    emitted = _read_all(kafka_bootstrap, out, N)
+    emitted = read_all(kafka_bootstrap, out, N)
     assert len(emitted) == N
     for m in emitted:
         trace_id, span_id = _ids(m.headers())  # type: ignore[attr-defined]
@@ -102,7 +102,7 @@ def test_spans_link_the_producer_and_the_context_reaches_emitted_records_and_dea
         assert span.parent is None and trace_id != traces[value]  # linked, not continued
 
     # the dead letters: each carries the context of its record's failed span (status ERROR)
-    letters = _read_all(kafka_bootstrap, dlq, N)
+    letters = read_all(kafka_bootstrap, dlq, N)
     assert len(letters) == N
     for m in letters:
         info = h.decode(m.headers())  # type: ignore[attr-defined]

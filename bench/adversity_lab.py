@@ -275,10 +275,11 @@ class Runs:
         print(f"{self.scenario} run {rep} {case:<9} {name:<10} {shown}  {verdict}", flush=True)
 
     def median(self, case: str, name: str, key: str) -> float | None:
+        """The median of ``key`` over the case's passed runs that have it (None: none has)."""
         vs = [
             r["figures"][key]
             for r in self.rows
-            if (r["case"], r["name"]) == (case, name) and r["problem"] == ""
+            if (r["case"], r["name"]) == (case, name) and r["problem"] == "" and key in r["figures"]
         ]
         return statistics.median(vs) if vs else None
 

@@ -85,3 +85,4 @@ def test_adversity_failures_on_a_tiny_input(kafka_bootstrap: str, capsys: pytest
     poisoned = next(line for line in runs if "b-poison" in line)
     assert "dead letters 0 " not in poisoned  # 0.5% of 1,200 records are poison
     assert "poison/none" in out
+    assert "CPU per record" in out  # the child's CPU per record beside the rates

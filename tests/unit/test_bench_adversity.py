@@ -156,3 +156,26 @@ def test_the_handlers_first_call_computes_and_the_rest_do_not() -> None:
     assert t1 - t0 >= 0.05
     _run(handler, events[1:], attempts=1)
     assert time.perf_counter() - t1 < 0.5  # not 19 x 50 ms
+
+
+def test_a_process_cpu_is_read_from_proc_and_a_figure_missing_from_some_runs_is_left_out() -> None:
+    """The broker's CPU per run (``broker cpu s``) exists only with a local broker: the medians
+    take the runs that have a figure, and a figure no run has is None, not a KeyError."""
+    import os
+
+    from bench.adversity_lab import Runs, process_cpu
+
+    assert process_cpu(None) is None
+    before = process_cpu(os.getpid())
+    assert before is not None
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    after = process_cpu(os.getpid())
+    assert after is not None and after > before
+    runs = Runs("failures")
+    runs.add(0, "a-none", "x", {"rec/s": 10.0, "broker cpu s": 0.5}, "")
+    runs.add(1, "a-none", "x", {"rec/s": 30.0}, "")
+    assert runs.median("a-none", "x", "rec/s") == 20.0
+    assert runs.median("a-none", "x", "broker cpu s") == 0.5
+    assert runs.median("a-none", "x", "cpu us/rec") is None

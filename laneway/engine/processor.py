@@ -232,6 +232,13 @@ class Processor(Dispatching):
         """The topics whose handler runs one lane per partition (``ordering="partition"``)."""
         return frozenset(t for t, sp in self._handlers.items() if sp.ordering == "partition")
 
+    @property
+    def many_lanes(self) -> frozenset[str]:
+        """The topics whose handler runs many lanes per partition (``ordering="key"`` or
+        ``"unordered"``): they share the event cap only while a partition starves
+        (:mod:`laneway.kafka.starving`)."""
+        return frozenset(t for t, sp in self._handlers.items() if sp.ordering != "partition")
+
     def cap_keys(self, max_events: int) -> None:
         """Note the keys whose lane holds more than ``max_events`` (see :meth:`hot_partitions`)."""
         self.table.key_cap = max_events

@@ -47,6 +47,7 @@ from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
+from laneway.kafka.starving import StarvationWatch
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
@@ -128,9 +129,14 @@ class KafkaSource(RebalanceCallbacks):
         self._paused = False
         # fair intake (laneway.engine.flow.intake): the partitions paused at their share, the
         # room the fetching ones have under theirs (None: share - events_in_memory at least);
-        # for partition-ordered topics only (docs/guarantees.md, "Memory", says why)
+        # for partition-ordered topics, and others while a partition starves (kafka.starving)
         self._held_back: set[tuple[str, int]] = set()
         self._fair_topics = processor.partition_ordered if processor is not None else frozenset()
+        self._starving = StarvationWatch(  # key-ordered topics' partitions starved for long
+            processor.many_lanes if processor is not None else frozenset(),
+            lambda: self._processor.held(self._assigned, owner=self),
+            self._waiting,
+        )
         self._headroom: dict[tuple[str, int], int] | None = None
         self._room_min = backpressure.max_events
         self._share = backpressure.max_events
@@ -236,15 +242,14 @@ class KafkaSource(RebalanceCallbacks):
         want = batch_wanted(bp, self._batch, share_)
         hot = processor.hot_partitions(self._key_low, owner=self)
         events = processor.events_in_memory
-        if (not self._held_back and not hot and events <= share_ * bp.resume_at) or not (
-            self._fair_topics or hot or self._held_back
-        ):
+        low = share_ * bp.resume_at
+        fair = self._fair_topics | self._starving.look(time.monotonic(), contended=events > low, low=low)
+        if (not self._held_back and not hot and events <= low) or not (fair or hot or self._held_back):
             self._headroom = None
             self._room_min = share_ - events
             return want
         held_back = self._held_back
         held_back &= self._assigned  # forget revoked partitions
-        fair = self._fair_topics
         held = {
             tp: n
             for tp, n in processor.held(self._assigned, owner=self).items()

@@ -12,6 +12,7 @@ import itertools
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from laneway import App, Backpressure, Event
@@ -115,3 +116,46 @@ def test_a_partition_paused_for_a_hot_key_resumes_once_the_key_cools(
     app.run_until(lambda: counts == produced, timeout=60)
     assert counts == produced
     assert committed(kafka_bootstrap, group_id, topic, 2) == end_offsets(kafka_bootstrap, topic, 2)
+
+
+def test_a_key_ordered_partitions_backlog_does_not_starve_the_others_for_long(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Key mode, a slow handler, a small cap: the client hands out the first partition's
+    prefetched records first, and with no shares they filled the cap until they ran out, the
+    other partitions' records waiting behind them (a review saw two of four partitions get
+    nothing for 45 s). A partition starved past ``STARVE_AFTER`` (here 0.5 s) puts the topic
+    under the shares: every partition has records processed well before the first one's
+    backlog of 3,000 is through. Counted: the records processed when the last partition's
+    first one ran."""
+    from laneway.kafka import starving
+
+    monkeypatch.setattr(starving, "STARVE_AFTER", 0.5)
+    monkeypatch.setattr(starving, "EVERY", 0.1)
+    topic = make_topic(partitions=PARTITIONS)
+    _produce(kafka_bootstrap, topic)
+    counts = [0] * PARTITIONS
+    lock = threading.Lock()
+    app = App(
+        "fair-keys",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=8,
+        backpressure=Backpressure(max_events=200),
+    )
+
+    @app.handler(topic, on_failure="halt")  # ordering="key", 50 keys per partition
+    def handle(ev: Event) -> None:
+        time.sleep(0.01)
+        with lock:
+            counts[ev.partition] += 1
+
+    def every_partition_ran() -> bool:
+        with lock:
+            return all(counts) or sum(counts) >= PER_PARTITION
+
+    assert app.run_until(every_partition_ran, timeout=120)
+    with lock:
+        seen = list(counts)
+    assert all(seen), seen  # no partition waited for another's backlog to run out
+    assert sum(seen) < PER_PARTITION, seen

@@ -1,0 +1,78 @@
+"""Starved partitions of key-ordered topics: when their shares of the event cap start to count.
+
+Key-ordered topics have no shares of the event cap (docs/guarantees.md, "Memory"): a partition
+feeds many lanes, and pausing one at its share makes the client drop what it prefetched, which
+halved the 5 ms ``async def`` I/O case. The client hands out records in the order it fetched
+them, a partition's fetch at a time, so partitions take turns at the cap, and a fast handler
+goes through each turn in well under a second.
+
+A slow handler with a small cap does not: one partition's prefetched records could fill the cap
+for minutes while the others' records waited behind them (a review saw two of four partitions
+get nothing for 45 s, 4 partitions, a 200-event cap, 50 ms calls on 8 workers). So a consumer
+watches its key-ordered partitions: one that has records to take and holds under ``resume_at``
+of its share for :data:`STARVE_AFTER` seconds, while the cap is contended, puts its topic under
+the shares (:func:`laneway.engine.flow.intake`) for :data:`KEEP` seconds after the last such
+sight. The watch looks once a :data:`EVERY` seconds, and only while the engine holds more than a
+share's ``resume_at``: nothing is counted per partition on a fast handler's path.
+
+Threads: the consumer's own (its loop turn); no lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+__all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch"]
+
+TopicPartition = tuple[str, int]
+
+#: a partition starved this long (s) puts its topic under the shares
+STARVE_AFTER = 5.0
+#: the topic stays under the shares this long (s) after its last starved partition
+KEEP = 30.0
+#: the watch looks this often (s)
+EVERY = 1.0
+
+
+class StarvationWatch:
+    """Which key-ordered topics keep shares of the event cap now (see the module's docstring).
+
+    ``held``: the events each assigned partition holds; ``waiting(held, low)``: of the partitions
+    holding at most ``low``, those with records still to take."""
+
+    def __init__(
+        self,
+        topics: frozenset[str],
+        held: Callable[[], Mapping[TopicPartition, int]],
+        waiting: Callable[[dict[TopicPartition, int], float], set[TopicPartition]],
+        *,
+        starve_after: float | None = None,
+        keep: float | None = None,
+        every: float | None = None,
+    ) -> None:
+        self._topics, self._held, self._waiting = topics, held, waiting
+        self._starve_after = STARVE_AFTER if starve_after is None else starve_after
+        self._keep = KEEP if keep is None else keep
+        self._every = EVERY if every is None else every
+        self._next = 0.0
+        self._since: dict[TopicPartition, float] = {}  # starved since (monotonic)
+        self._until: dict[str, float] = {}  # topic under the shares until
+        self.fair: frozenset[str] = frozenset()
+
+    def look(self, now: float, *, contended: bool, low: float) -> frozenset[str]:
+        """The key-ordered topics under the shares now; looks at the partitions when due."""
+        if not self._topics or now < self._next:
+            return self.fair
+        self._next = now + self._every
+        if contended:
+            held = {tp: n for tp, n in self._held().items() if tp[0] in self._topics}
+            starved = self._waiting(held, low)
+            self._since = {tp: self._since.get(tp, now) for tp in starved}
+            for tp, since in self._since.items():
+                if now - since >= self._starve_after:
+                    self._until[tp[0]] = now + self._keep
+        else:
+            self._since = {}
+        self._until = {t: until for t, until in self._until.items() if until > now}
+        self.fair = frozenset(self._until)
+        return self.fair

@@ -1,0 +1,47 @@
+"""Key-ordered topics keep shares of the event cap only after a partition starved for a while
+(laneway.kafka.starving): a fake clock and fake counts."""
+
+from __future__ import annotations
+
+from laneway.kafka.starving import StarvationWatch
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+def watch(held: dict[tuple[str, int], int], waiting: set[tuple[str, int]]) -> StarvationWatch:
+    def starved(h: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
+        return {tp for tp, n in h.items() if n <= low and tp in waiting}
+
+    return StarvationWatch(frozenset({"a", "b"}), lambda: held, starved, starve_after=5, keep=30, every=1)
+
+
+def test_a_partition_starved_past_the_limit_puts_its_topic_under_the_shares_for_a_while() -> None:
+    held = {A0: 200, A1: 0, B0: 50}
+    w = watch(held, {A1})
+    assert w.look(0.0, contended=True, low=50) == frozenset()
+    assert w.look(0.5, contended=True, low=50) == frozenset()  # not due: not looked at
+    assert w.look(4.0, contended=True, low=50) == frozenset()  # starved 4 s
+    assert w.look(5.0, contended=True, low=50) == {"a"}  # starved 5 s: its topic, not b
+    held[A1] = 80  # fed now
+    assert w.look(20.0, contended=True, low=50) == {"a"}  # kept 30 s after the last sight
+    assert w.look(36.0, contended=True, low=50) == frozenset()
+
+
+def test_a_short_starvation_or_an_uncontended_cap_never_counts() -> None:
+    held = {A0: 200, A1: 0}
+    w = watch(held, {A1})
+    for t in range(0, 5):  # 4 s starved, then fed
+        assert w.look(float(t), contended=True, low=50) == frozenset()
+    held[A1] = 60
+    assert w.look(5.0, contended=True, low=50) == frozenset()
+    held[A1] = 0  # starved again: the clock starts over
+    assert w.look(6.0, contended=True, low=50) == frozenset()
+    assert w.look(10.0, contended=True, low=50) == frozenset()
+    assert w.look(11.0, contended=False, low=50) == frozenset()  # the cap is not contended: reset
+    assert w.look(15.0, contended=True, low=50) == frozenset()
+
+
+def test_no_topics_to_watch_costs_nothing() -> None:
+    calls: list[int] = []
+    w = StarvationWatch(frozenset(), lambda: calls.append(1) or {}, lambda h, low: set())
+    assert w.look(100.0, contended=True, low=1) == frozenset() and calls == []

@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
+from laneway.kafka.handshake import closed_at_handshake, mismatch
 
 __all__ = [
     "DENIED",
@@ -92,17 +93,6 @@ _DOING: Final = {
 #: the refusals raise_if_denied raises (the others are guesses from a dropped connection)
 _RUNNING_FIELDS: Final = frozenset({"sasl.username", "sasl.password", "ssl.ca.location"})
 _AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)")
-#: the protocols without TLS: a client of these at a TLS listener gets a closed connection
-_PLAIN: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
-
-
-def _closed_at_handshake(lowered: str) -> bool:
-    """librdkafka's text for a connection the broker dropped at the client's first request (the
-    ApiVersion query): a TLS or SASL listener does that to a client that speaks neither. The
-    answer a TLS listener sends (an alert) reads as an impossible response size."""
-    first_request = "state apiversion_query" in lowered or "requesting apiversion" in lowered
-    closed = "connection closed by peer" in lowered or "receive 0 after pollin" in lowered
-    return first_request and (closed or "invalid response size" in lowered)
 
 
 #: kafka-acls' option for each resource an authorization code names
@@ -239,20 +229,20 @@ def _classify(err: KafkaError, settings: Mapping[str, Any], doing: Doing) -> Kaf
             "ssl.key.location (a listener that wants a client certificate) and ssl.ca.location",
             err.name(),
         )
-    if code == KafkaError._TRANSPORT and protocol in _PLAIN and _closed_at_handshake(lowered):
+    if code == KafkaError._TRANSPORT and closed_at_handshake(protocol, lowered):
         return KafkaAuthError(
             "security.protocol",
-            f"the broker at {where} closed the connection during the handshake ({detail}): the listener "
-            f"likely needs TLS or SASL, but security.protocol is {protocol}: set security.protocol "
-            "(SASL_SSL, SSL, SASL_PLAINTEXT) and its settings in the client config (--client-config "
-            "FILE, or App(kafka_config=...); docs/security.md)",
+            f"the broker at {where} closed the connection during the handshake ({detail}): "
+            f"{mismatch(protocol)}: "
+            "set security.protocol and its settings in the client config (--client-config FILE, or "
+            "App(kafka_config=...); docs/security.md)",
             err.name(),
         )
     if code == KafkaError._TRANSPORT and "connecting to a ssl listener" in lowered:
         return KafkaAuthError(
             "security.protocol",
-            f"the broker at {where} closed the connection at its first request, as a TLS or SASL "
-            f"listener does to a {protocol} client ({detail}): check security.protocol",
+            f"the broker at {where} closed the connection at its first request, as a listener of "
+            f"another protocol does ({detail}): {mismatch(protocol)}",
             err.name(),
         )
     if code in _AUTH_CODES and (match := _MECHANISMS.search(text)) is not None:

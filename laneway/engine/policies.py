@@ -1,4 +1,4 @@
-"""Per-handler and per-app policies: frozen, keyword-only, validated at construction.
+"""Per-handler and per-app policies: frozen, keyword-only (but ``Delay(5)``), validated at construction.
 
 Each raises :class:`~laneway.errors.ConfigError` naming the bad field.
 """
@@ -94,9 +94,12 @@ class Retry:
         return base * (1.0 - self.jitter * rand())
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Delay:
-    """Process an event no earlier than its timestamp plus ``seconds``."""
+    """Process an event no earlier than its timestamp plus ``seconds``.
+
+    Its one field may be given by position, ``Delay(5)``, as ``delay=5`` is taken.
+    """
 
     seconds: float
 

@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
+from laneway.kafka.handshake import closed_at_handshake, mismatch
 
 __all__ = [
     "DENIED",
@@ -42,6 +43,7 @@ __all__ = [
     "check_operations",
     "classify",
     "consumer_asks",
+    "group_ask",
     "probe",
     "raise_if_denied",
 ]
@@ -54,6 +56,11 @@ class KafkaAccessError(ConfigError):
     def __init__(self, field: str, reason: str, code: str = "") -> None:
         super().__init__(field, " ".join(reason.split()))
         self.code = code
+        #: the refusal, what was asked and whether the client's settings were known (set by
+        #: :func:`classify`): :func:`as_access_error` says it again with the settings and group
+        self.error: KafkaError | None = None
+        self.doing: Doing = None
+        self.bare = False
 
     def __str__(self) -> str:
         return self.reason
@@ -86,17 +93,6 @@ _DOING: Final = {
 #: the refusals raise_if_denied raises (the others are guesses from a dropped connection)
 _RUNNING_FIELDS: Final = frozenset({"sasl.username", "sasl.password", "ssl.ca.location"})
 _AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)")
-#: the protocols without TLS: a client of these at a TLS listener gets a closed connection
-_PLAIN: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
-
-
-def _closed_at_handshake(lowered: str) -> bool:
-    """librdkafka's text for a connection the broker dropped at the client's first request (the
-    ApiVersion query): a TLS or SASL listener does that to a client that speaks neither. The
-    answer a TLS listener sends (an alert) reads as an impossible response size."""
-    first_request = "state apiversion_query" in lowered or "requesting apiversion" in lowered
-    closed = "connection closed by peer" in lowered or "receive 0 after pollin" in lowered
-    return first_request and (closed or "invalid response size" in lowered)
 
 
 #: kafka-acls' option for each resource an authorization code names
@@ -136,11 +132,17 @@ class Ask:
 Doing = str | Ask | Sequence[Ask] | None
 
 
+def group_ask(group: object, doing: str = "use") -> Ask:
+    """What a member of ``group`` asks of the ACLs (join it, commit and fetch its offsets: Read
+    on the group): the start-time check's (:func:`check_group`) and a running app's."""
+    return Ask(doing, "group", str(group), "Read")
+
+
 def consumer_asks(group: object, topics: Sequence[str], topic: str | None = None) -> list[Ask]:
     """What a consumer of ``topics`` in ``group`` asks of the ACLs, for its denials' lines: Read
     on the group, and Read on ``topic`` (a record's error names its topic) or on the only topic
     (a subscription's error may name none, and naming the wrong one would mislead)."""
-    asks = [Ask("use", "group", str(group), "Read")]
+    asks = [group_ask(group)]
     if topic is not None or len(topics) == 1:
         asks.append(Ask("read", "topic", topic or topics[0], "Read"))
     return asks
@@ -176,6 +178,13 @@ def classify(err: KafkaError, settings: Mapping[str, Any], *, doing: Doing = Non
     scrub); ``doing`` says what was asked, for an ACL denial: an :class:`Ask` (the line then
     names the missing ACL operation and the kafka-acls command that grants it), several (the
     one on the resource the code names is used), or a phrase (``"read topic 'orders'"``)."""
+    found = _classify(err, settings, doing)
+    if found is not None:
+        found.error, found.doing, found.bare = err, doing, not settings
+    return found
+
+
+def _classify(err: KafkaError, settings: Mapping[str, Any], doing: Doing) -> KafkaAccessError | None:
     code, text = err.code(), err.str()
     detail, where = _detail(text, settings), _where(text, settings)
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
@@ -220,20 +229,20 @@ def classify(err: KafkaError, settings: Mapping[str, Any], *, doing: Doing = Non
             "ssl.key.location (a listener that wants a client certificate) and ssl.ca.location",
             err.name(),
         )
-    if code == KafkaError._TRANSPORT and protocol in _PLAIN and _closed_at_handshake(lowered):
+    if code == KafkaError._TRANSPORT and closed_at_handshake(protocol, lowered):
         return KafkaAuthError(
             "security.protocol",
-            f"the broker at {where} closed the connection during the handshake ({detail}): the listener "
-            f"likely needs TLS or SASL, but security.protocol is {protocol}: set security.protocol "
-            "(SASL_SSL, SSL, SASL_PLAINTEXT) and its settings in the client config (--client-config "
-            "FILE, or App(kafka_config=...); docs/security.md)",
+            f"the broker at {where} closed the connection during the handshake ({detail}): "
+            f"{mismatch(protocol)}: "
+            "set security.protocol and its settings in the client config (--client-config FILE, or "
+            "App(kafka_config=...); docs/security.md)",
             err.name(),
         )
     if code == KafkaError._TRANSPORT and "connecting to a ssl listener" in lowered:
         return KafkaAuthError(
             "security.protocol",
-            f"the broker at {where} closed the connection at its first request, as a TLS or SASL "
-            f"listener does to a {protocol} client ({detail}): check security.protocol",
+            f"the broker at {where} closed the connection at its first request, as a listener of "
+            f"another protocol does ({detail}): {mismatch(protocol)}",
             err.name(),
         )
     if code in _AUTH_CODES and (match := _MECHANISMS.search(text)) is not None:
@@ -266,10 +275,21 @@ def raise_if_denied(err: KafkaError | None, settings: Mapping[str, Any], *, doin
         raise found
 
 
-def as_access_error(exc: BaseException, settings: Mapping[str, Any]) -> BaseException:
+def as_access_error(
+    exc: BaseException, settings: Mapping[str, Any], *, group: object = None
+) -> BaseException:
     """``exc`` as the :class:`KafkaAccessError` :func:`raise_if_denied` raises when it is a
     :class:`KafkaException` carrying such a refusal (an idempotent producer's fatal
-    CLUSTER_AUTHORIZATION_FAILED, say), else ``exc`` itself."""
+    CLUSTER_AUTHORIZATION_FAILED, say), else ``exc`` itself. A denial raised without the
+    client's settings (a commit's, ``raise_if_denied(err, {}, doing="commit ...")``) is said
+    again with them: the user, and with ``group`` (the consumer's group.id) the group and the
+    kafka-acls command, the line the start-time check (:func:`check_group`) gives."""
+    if isinstance(exc, KafkaAccessDenied) and exc.bare and exc.error is not None:
+        doing = exc.doing
+        phrase = doing is None or isinstance(doing, str)  # no Ask: the group was not known
+        if group is not None and phrase and exc.error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            doing = group_ask(group)
+        return classify(exc.error, settings, doing=doing) or exc
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if isinstance(err, KafkaError):
         try:
@@ -404,7 +424,7 @@ def check_group(
     without Read among its operations. (A consumer's ``committed()`` in a denied group waits
     out its whole timeout, and ``list_consumer_group_offsets`` can crash confluent-kafka 2.16.)
     Other errors are left to the consumers."""
-    ask = Ask(doing, "group", group, "Read")
+    ask = group_ask(group, doing)
     try:
         futures = admin.describe_consumer_groups(
             [group], include_authorized_operations=True, request_timeout=timeout

@@ -261,6 +261,10 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     missing file's error names ``given_by``, where the path came from: the Python API's
     ``client_config=`` argument (the default) or, from the command lines, :data:`CLI_OPTION`.
     The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
+    if not str(path).strip():  # Path("") is ".", and read as a directory
+        raise ConfigError(
+            _FIELD, f"must not be empty: give the path of a properties file, or leave it out ({given_by})"
+        )
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

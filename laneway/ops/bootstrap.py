@@ -7,10 +7,11 @@ recorded (while it runs), else 127.0.0.1:9092. An empty ``--bootstrap ""``, and 
     address = resolve_bootstrap(bootstrap)   # bootstrap: the option's value, None when not given
 
 ``--client-config FILE``, else ``$LANEWAY_CLIENT_CONFIG``: a Java-style properties file of client
-settings (:mod:`laneway.kafka.client_config`). :func:`with_client_config` adds the option to a
-command and runs it with the file's settings in every client it builds; a file that cannot be
-read, and a cluster that refuses the settings (:mod:`laneway.kafka.access`), are one line on
-stderr and exit code 2. The file's ``bootstrap.servers`` comes after ``--bootstrap`` and before
+settings (:mod:`laneway.kafka.client_config`); an empty option, or an empty variable when it is
+read, exits 2 as for ``--bootstrap``. :func:`with_client_config` adds the option to a command
+and runs it with the file's settings in every client it builds; a file that cannot be read, and
+a cluster that refuses the settings (:mod:`laneway.kafka.access`), are one line on stderr and
+exit code 2. The file's ``bootstrap.servers`` comes after ``--bootstrap`` and before
 ``$LANEWAY_BOOTSTRAP``.
 
     @app.command("lag")
@@ -43,15 +44,32 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ENV_VAR = "LANEWAY_BOOTSTRAP"
 
 
-def _given(value: str | None) -> str | None:
-    """``--bootstrap``'s callback: an empty one exits 2 before the command does anything (it
-    was taken as unset, and the command went to another broker without a word)."""
+def refuse_empty_option(value: str | None, option: str, *, give: str, then: str) -> str | None:
+    """``value``, an option's; an empty one (or blanks) exits 2 before the command does anything:
+    taken as unset, the command went on without it and without a word. ``give`` says what to
+    give instead, ``then`` what is used when the option is left out."""
     if value is not None and not value.strip():
-        raise _fail(
-            "--bootstrap: must not be empty: give host:port, or leave the option out "
-            f"(then ${ENV_VAR}, then `laneway broker`'s, then {DEFAULT_BOOTSTRAP})"
-        )
+        raise _fail(f"{option}: must not be empty: give {give}, or leave the option out (then {then})")
     return value
+
+
+def refuse_empty_variable(name: str, *, give: str, then: str) -> None:
+    """A variable set but empty (or blanks) exits 2 where it would be read: the command line
+    takes it as unset, and the command went on without it."""
+    value = os.environ.get(name)
+    if value is not None and not value.strip():
+        raise _fail(f"{name} is set but empty: set it to {give}, or unset it (then {then})")
+
+
+_BOOTSTRAP_THEN = f"`laneway broker`'s, then {DEFAULT_BOOTSTRAP}"
+
+
+def _given(value: str | None) -> str | None:
+    """``--bootstrap``'s callback: an empty one exits 2 (it was taken as unset, and the command
+    went to another broker without a word)."""
+    return refuse_empty_option(
+        value, "--bootstrap", give="host:port", then=f"${ENV_VAR}, then {_BOOTSTRAP_THEN}"
+    )
 
 
 Bootstrap = Annotated[
@@ -77,12 +95,8 @@ def resolve_bootstrap(explicit: str | None) -> str:
     if explicit is not None:
         _given(explicit)
         return explicit
+    refuse_empty_variable(ENV_VAR, give="host:port", then=_BOOTSTRAP_THEN)
     env = os.environ.get(ENV_VAR)
-    if env is not None and not env.strip():
-        raise _fail(
-            f"{ENV_VAR} is set but empty: set it to host:port, or unset it "
-            f"(then `laneway broker`'s, then {DEFAULT_BOOTSTRAP})"
-        )
     if env:
         return env
     info = BrokerInfo.load(jars.cache_dir() / "broker" / "state.json")
@@ -97,11 +111,27 @@ def _fail(message: str) -> typer.Exit:
     return fail(message)
 
 
+_CLIENT_CONFIG_GIVE = "the path of a properties file"
+
+
+def _client_config_given(value: str | None) -> str | None:
+    """``--client-config``'s callback, and the wrapper's check: an empty option, or (the option
+    left out) an empty ``$LANEWAY_CLIENT_CONFIG``, exits 2. Both were taken as unset: the
+    command ran without the settings, and ``--client-config ""`` dropped the variable's file."""
+    if value is None:
+        refuse_empty_variable(cc.ENV_VAR, give=_CLIENT_CONFIG_GIVE, then="no client settings")
+    return refuse_empty_option(
+        value, "--client-config", give=_CLIENT_CONFIG_GIVE, then=f"${cc.ENV_VAR}, then no client settings"
+    )
+
+
 ClientConfig = Annotated[
     str | None,
     typer.Option(
         "--client-config",
         envvar=cc.ENV_VAR,
+        callback=_client_config_given,
+        is_eager=True,  # as --bootstrap: refused before anything else is complained of
         show_envvar=True,
         show_default=False,  # the variable's value is never shown
         help="Kafka client settings: a Java-style properties file, as Kafka's tools take "
@@ -125,8 +155,13 @@ def with_client_config(fn: Callable[P, R]) -> Callable[P, R]:
         from laneway.kafka.access import KafkaAccessError
         from laneway.ops.cli import fail
 
+        _client_config_given(client_config)  # also when called without the command line
         try:
-            settings = cc.load_client_config(client_config, given_by=cc.CLI_OPTION) if client_config else {}
+            settings = (
+                cc.load_client_config(client_config, given_by=cc.CLI_OPTION)
+                if client_config is not None
+                else {}
+            )
         except ConfigError as exc:
             raise fail(str(exc)) from None
         # the file's bootstrap.servers: after --bootstrap, before $LANEWAY_BOOTSTRAP

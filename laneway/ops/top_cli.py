@@ -19,7 +19,8 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console, Group
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -124,7 +125,7 @@ def render(
             k = (h["topic"], h["key"] if h["key"] is not None else "<null>")
             hot[k] = hot.get(k, 0) + h["records"]
     top = sorted(hot.items(), key=lambda kv: kv[1], reverse=True)[:5]
-    hot_line = Text("hot keys: " + ("  ".join(f"{t}:{k} {n}" for (t, k), n in top) or "-"), no_wrap=True)
+    hot_line = HotKeys([f"{t}:{k} {n}" for (t, k), n in top])
     parts = sorted(
         (p for d in live for p in d["partitions"]),
         key=lambda p: (not p["stalled"], -p["oldest_age_s"], -(p["lag"] or 0)),
@@ -163,6 +164,27 @@ def render(
     if len(parts) > room:
         lines.append(Text(f"({len(parts) - room} more partitions not shown)", style="dim"))
     return Group(*lines, table, hot_line)
+
+
+class HotKeys:
+    """The hot keys line, as many whole entries as the width takes (the line was cut by the
+    width, mid-entry: ``... app-in:k27 160  app-in:``); the ones left out are counted."""
+
+    def __init__(self, entries: list[str]) -> None:
+        self.entries = entries
+
+    def line(self, width: int) -> str:
+        shown = list(self.entries)
+        while shown:
+            rest = len(self.entries) - len(shown)
+            text = "hot keys: " + "  ".join(shown) + (f"  (+{rest} more)" if rest else "")
+            if cell_len(text) <= width:
+                return text
+            shown.pop()
+        return "hot keys: -" if not self.entries else f"hot keys: ({len(self.entries)}, too wide to show)"
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(self.line(options.max_width), no_wrap=True, overflow="ellipsis")
 
 
 def register(app: typer.Typer) -> None:

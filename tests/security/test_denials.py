@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
 
 from laneway import App, Timeouts
 from laneway.kafka.access import KafkaAccessDenied, KafkaAuthError
+from laneway.ops.secured import client_properties, write_private
 from tests.security.conftest import AppTopicFactory, SecureBroker
 from tests.security.support import committed, laneway
 
@@ -87,6 +88,28 @@ def test_a_client_without_a_client_config_is_told_the_listener_needs_tls_or_sasl
     assert line.startswith("error: the broker at ") and "closed the connection during the handshake" in line
     assert "needs TLS or SASL" in line and "security.protocol" in line and "--client-config" in line
     assert "Traceback" not in ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("protocol", "needs"), [("SSL", "needs SASL (SASL_SSL"), ("SASL_PLAINTEXT", "needs TLS (SASL_SSL")]
+)
+def test_a_client_file_of_the_wrong_protocol_is_told_what_the_listener_likely_needs(
+    secure_broker: SecureBroker, tmp_path: Path, protocol: str, needs: str
+) -> None:
+    # seen: an SSL-only file said "no Kafka broker answered" (the broker was up), and a
+    # SASL_PLAINTEXT one was told the listener needs "TLS or SASL" (it spoke SASL already)
+    app = secure_broker.settings("app")
+    if protocol == "SSL":
+        settings = {"security.protocol": "SSL", "ssl.ca.location": app["ssl.ca.location"]}
+    else:
+        settings = {k: v for k, v in app.items() if not k.startswith("ssl.")}
+        settings["security.protocol"] = protocol
+    path = write_private(tmp_path / f"{protocol}.properties", client_properties(settings))
+    ran = laneway(secure_broker, "topics", "list", config=path)
+    assert ran.code == 2, ran
+    line = _one_line(ran.stderr)
+    assert "closed the connection during the handshake" in line and "no Kafka broker answered" not in line
+    assert f"security.protocol is {protocol}, but the listener likely {needs}" in line, line
 
 
 def test_an_app_without_security_settings_fails_its_check_naming_security_protocol(

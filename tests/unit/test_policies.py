@@ -57,3 +57,14 @@ def test_bad_configuration_names_the_field(make: object, field: str) -> None:
 def test_unknown_option_is_refused() -> None:
     with pytest.raises(TypeError, match="concurency"):
         App("x", bootstrap_servers="127.0.0.1:9092", concurency=4)  # type: ignore[call-arg]
+
+
+def test_delay_takes_its_seconds_by_position() -> None:
+    assert Delay(5) == Delay(seconds=5)
+    assert Delay(0.5).seconds == 0.5
+    with pytest.raises(ConfigError, match=r"delay\.seconds"):
+        Delay(-1)
+    with pytest.raises(ConfigError, match=r"delay\.seconds"):
+        Delay("5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Delay(5, 6)  # type: ignore[call-arg]

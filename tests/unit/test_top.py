@@ -119,3 +119,26 @@ def test_piped_it_prints_one_plain_frame_per_interval(monkeypatch: pytest.Monkey
     frames = [line for line in result.stdout.splitlines() if line.startswith("laneway top  group g  1/1 up")]
     assert len(frames) == 3
     assert "\x1b" not in result.stdout  # no screen switching, no cursor movement, no colour
+
+
+def test_the_hot_keys_line_never_cuts_an_entry_in_half() -> None:
+    """Piped (`laneway top A B | head`) the line was cut at the width, mid-entry:
+    `... app-in:k27 160  app-in:`. Whole entries that fit are shown, the others counted."""
+    import io
+    import re
+
+    doc = _doc(processed=100, consumed=100)
+    doc["process"]["hot_keys"] = [
+        {"topic": "app-in", "key": f"k{i}", "records": 200 - i} for i in range(20, 30)
+    ]
+    for width in (40, 60, 80, 200):
+        out = io.StringIO()
+        Console(width=width, file=out, force_terminal=False).print(render([doc], [doc], 2.0))
+        line = next(x for x in out.getvalue().splitlines() if x.startswith("hot keys:"))
+        assert len(line) <= width, line
+        body = re.sub(r"\s+\(\+\d+ more\)$", "", line.removeprefix("hot keys: "))
+        entries = body.split("  ")
+        assert all(re.fullmatch(r"app-in:k2\d \d+", e) for e in entries), (width, line)
+        shown = len(entries)
+        assert shown == 5 or f"(+{5 - shown} more)" in line, line
+    assert "app-in:k20 180  app-in:k21 179" in line  # wide enough: the five hottest, as before

@@ -42,6 +42,7 @@ from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
 from laneway.errors import LanewayError
 from laneway.kafka.access import as_access_error, consumer_asks, raise_if_denied
+from laneway.kafka.closing import close_unstarted, log_failure, quietly
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.logs import librdkafka_logger
@@ -145,11 +146,17 @@ class KafkaSource(RebalanceCallbacks):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Register the transactional id, subscribe, start the thread; a failure (a refused id)
+        closes what was opened and raises it: the thread never runs, :meth:`join` returns at once."""
         self._processor.cap_keys(key_cap(self._bp))
-        self._committer.start()
-        self._consumer.subscribe(
-            self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        try:
+            self._committer.start()
+            self._consumer.subscribe(
+                self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+        except BaseException:
+            close_unstarted(self._consumer, self._committer, self._access)
+            raise
         self._thread.start()
 
     def drain(self) -> None:
@@ -168,6 +175,8 @@ class KafkaSource(RebalanceCallbacks):
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end; False when it still runs after ``timeout`` (a halt, logged)."""
+        if self._thread.ident is None:  # never started (its start failed): nothing to wait for
+            return True
         self._thread.join(timeout)
         if stuck := self._thread.is_alive():
             why = f"{self._thread.name} still runs {timeout or 0:.0f}s after the stop (no final commit)"
@@ -480,10 +489,7 @@ class KafkaSource(RebalanceCallbacks):
             )
         except OutputError as exc:  # its outputs not produced (a shutdown cut the wait): a halt
             self._fail(exc)
-        except Exception:
-            logger.exception("final commit failed")
-        try:
-            self._consumer.close()
-        except Exception:
-            logger.exception("closing the consumer failed")
+        except Exception as exc:  # one line for a refusal (the halt says it), else a traceback
+            log_failure("final commit failed", exc, self._access)
+        quietly(self._consumer.close, "closing the consumer failed", self._access)
         self._committer.close()

@@ -45,6 +45,7 @@ from laneway.kafka.access import as_access_error, consumer_asks, raise_if_denied
 from laneway.kafka.closing import close_unstarted, log_failure, quietly
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
+from laneway.kafka.lag import LagReport
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
@@ -101,6 +102,7 @@ class KafkaSource(RebalanceCallbacks):
         }
         self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
+        self._lag = LagReport(self._consumer, self._metrics, str(conf.get("auto.offset.reset")))
         self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
         self._group = conf.get("group.id")
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
@@ -466,17 +468,8 @@ class KafkaSource(RebalanceCallbacks):
         )
 
     def _report_lag(self) -> None:
-        positions = self._processor.final_positions(self._assigned, owner=self)
-        for topic, partition in list(self._assigned):
-            try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            except KafkaException:
-                continue
-            pos = positions.get((topic, partition))
-            if pos is None:
-                pos = self._consumer.position([TopicPartition(topic, partition)])[0].offset
-            if high is not None and high >= 0 and pos >= 0:
-                self._metrics.lag(topic, partition, max(0, high - pos))
+        """End minus the safe position; a partition not fetched yet from where it starts (LagReport)."""
+        self._lag.report(set(self._assigned), self._processor.final_positions(self._assigned, owner=self))
 
     # ------------------------------------------------------------------ shutdown
 

@@ -95,3 +95,23 @@ def test_another_start_failure_is_raised_as_it_is_after_a_clean_stop(
         app.start()
     assert info.value.args[0].code() == KafkaError._TIMED_OUT
     assert [(c.subscribed, c.closed) for c in clients] == [(False, True)]
+
+
+def test_a_refusal_while_closing_is_one_line_other_failures_keep_their_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from laneway.kafka.closing import log_failure, quietly
+
+    denied = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"))
+    settings = {"sasl.username": "app"}
+
+    def close() -> None:
+        raise denied
+
+    with caplog.at_level("ERROR"):
+        quietly(close, "closing the consumer failed", settings)
+        log_failure("final commit failed", RuntimeError("boom"), settings)
+    refused, other = caplog.records
+    assert refused.getMessage().startswith("closing the consumer failed: access denied: ")
+    assert "user 'app'" in refused.getMessage() and refused.exc_info is None
+    assert other.getMessage() == "final commit failed" and other.exc_info is not None

@@ -39,6 +39,7 @@ from laneway.errors import ConfigError
 from laneway.interrupts import graceful_interrupts
 from laneway.kafka import secrets
 from laneway.kafka.client_config import load_client_config
+from laneway.kafka.closing import quietly
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
@@ -269,7 +270,7 @@ class App:
         try:
             self._launch(server)
         except BaseException:
-            self.shutdown()  # what started is closed
+            quietly(self.shutdown, "closing after a failed start failed")  # the start's error is raised
             raise
         self._life.watch(self.shutdown)  # a stop() or a halt shuts the app down
         return self

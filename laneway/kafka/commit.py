@@ -35,7 +35,7 @@ from laneway.engine.events import Output
 from laneway.engine.policies import ExactlyOnce
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
-from laneway.kafka.access import raise_if_denied
+from laneway.kafka.access import Ask, KafkaAccessError, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
 
 if TYPE_CHECKING:
@@ -301,13 +301,33 @@ class TransactionalCommitter(Committer):
     """The emitted records and the offsets in one transaction; any failure raises."""
 
     def __init__(
-        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer
+        self,
+        consumer: Consumer,
+        processor: Processor,
+        metrics: SourceMetrics,
+        producer: Producer,
+        access: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(consumer, processor, metrics, producer)
+        #: the producer's settings, for a refusal's line: the user, the transactional id, secrets to scrub
+        self._access = access or {}
 
     def start(self) -> None:
-        if self._producer is not None:
+        """Register the transactional id; a failure releases the producer (nothing to flush) and
+        raises, a denied id as the one-line :class:`KafkaAccessDenied` naming the user and the id."""
+        if self._producer is None:
+            return
+        try:
             self._producer.init_transactions(30)
+        except KafkaException as exc:
+            self._producer = None  # release librdkafka's threads now: it never produced
+            txid = str(self._access.get("transactional.id"))
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            try:
+                raise_if_denied(err, self._access, doing=Ask("use", "transactional id", txid, "Write"))
+            except KafkaAccessError as denied:
+                raise denied from None
+            raise
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
@@ -361,7 +381,8 @@ def make_committer(
     if exactly_once is not None:
         if producer_config is None:
             raise ConfigError("exactly_once", "a transactional commit needs a producer_config")
-        return TransactionalCommitter(consumer, processor, metrics, Producer(pconf, logger=_PRODUCER_LOG))
+        transactional = Producer(pconf, logger=_PRODUCER_LOG)
+        return TransactionalCommitter(consumer, processor, metrics, transactional, access=pconf)
     producer = Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
     return AtLeastOnceCommitter(consumer, processor, metrics, producer)
 

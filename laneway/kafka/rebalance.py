@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from laneway.engine.processor import Processor
 from laneway.kafka.commit import Committer, read_finished
 from laneway.kafka.hooks import SourceMetrics
+from laneway.kafka.lag import LagReport
 
 __all__ = ["RebalanceCallbacks"]
 
@@ -33,6 +34,7 @@ class RebalanceCallbacks:
     _processor: Processor
     _committer: Committer
     _metrics: SourceMetrics
+    _lag: LagReport
     _assigned: set[tuple[str, int]]
     _held: set[tuple[str, int]]
     _metadata_limit: int
@@ -55,6 +57,7 @@ class RebalanceCallbacks:
                 sum(len(f) for _, f in read.values()),
             )
         self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
+        self._lag.forget(tps)  # their committed offsets are read again for the lag
         self._assigned.update(tps)
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))

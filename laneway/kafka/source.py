@@ -42,8 +42,10 @@ from laneway.engine.policies import Backpressure, ExactlyOnce, Timeouts
 from laneway.engine.processor import Processor
 from laneway.errors import LanewayError
 from laneway.kafka.access import as_access_error, consumer_asks, raise_if_denied
+from laneway.kafka.closing import close_unstarted, log_failure, quietly
 from laneway.kafka.commit import OutputError, make_committer, metadata_limit
 from laneway.kafka.hooks import SourceMetrics
+from laneway.kafka.lag import LagReport
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
@@ -101,6 +103,7 @@ class KafkaSource(RebalanceCallbacks):
         }
         self._metrics = metrics or SourceMetrics()
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
+        self._lag = LagReport(self._consumer, self._metrics, str(conf.get("auto.offset.reset")))
         self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
         self._group = conf.get("group.id")
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
@@ -151,11 +154,17 @@ class KafkaSource(RebalanceCallbacks):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Register the transactional id, subscribe, start the thread; a failure (a refused id)
+        closes what was opened and raises it: the thread never runs, :meth:`join` returns at once."""
         self._processor.cap_keys(key_cap(self._bp))
-        self._committer.start()
-        self._consumer.subscribe(
-            self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        try:
+            self._committer.start()
+            self._consumer.subscribe(
+                self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+        except BaseException:
+            close_unstarted(self._consumer, self._committer, self._access)
+            raise
         self._thread.start()
 
     def drain(self) -> None:
@@ -174,6 +183,8 @@ class KafkaSource(RebalanceCallbacks):
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end; False when it still runs after ``timeout`` (a halt, logged)."""
+        if self._thread.ident is None:  # never started (its start failed): nothing to wait for
+            return True
         self._thread.join(timeout)
         if stuck := self._thread.is_alive():
             why = f"{self._thread.name} still runs {timeout or 0:.0f}s after the stop (no final commit)"
@@ -462,17 +473,8 @@ class KafkaSource(RebalanceCallbacks):
         )
 
     def _report_lag(self) -> None:
-        positions = self._processor.final_positions(self._assigned, owner=self)
-        for topic, partition in list(self._assigned):
-            try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            except KafkaException:
-                continue
-            pos = positions.get((topic, partition))
-            if pos is None:
-                pos = self._consumer.position([TopicPartition(topic, partition)])[0].offset
-            if high is not None and high >= 0 and pos >= 0:
-                self._metrics.lag(topic, partition, max(0, high - pos))
+        """End minus the safe position; a partition not fetched yet from where it starts (LagReport)."""
+        self._lag.report(set(self._assigned), self._processor.final_positions(self._assigned, owner=self))
 
     # ------------------------------------------------------------------ shutdown
 
@@ -485,10 +487,7 @@ class KafkaSource(RebalanceCallbacks):
             )
         except OutputError as exc:  # its outputs not produced (a shutdown cut the wait): a halt
             self._fail(exc)
-        except Exception:
-            logger.exception("final commit failed")
-        try:
-            self._consumer.close()
-        except Exception:
-            logger.exception("closing the consumer failed")
+        except Exception as exc:  # one line for a refusal (the halt says it), else a traceback
+            log_failure("final commit failed", exc, self._access)
+        quietly(self._consumer.close, "closing the consumer failed", self._access)
         self._committer.close()

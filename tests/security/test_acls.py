@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import (
     AclBinding,
@@ -136,7 +137,10 @@ def test_an_app_run_as_the_reader_stops_with_access_denied(
 
 
 def test_a_grant_revoked_while_the_app_runs_stops_it_naming_the_topic(
-    secure_broker: SecureBroker, app_topic: AppTopicFactory, secure_admin: AdminClient
+    secure_broker: SecureBroker,
+    app_topic: AppTopicFactory,
+    secure_admin: AdminClient,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Read on a topic outside the app user's prefix, granted, then revoked mid-run: the app
     stops within seconds with the one-line denial naming that topic, not a silent stall."""
@@ -190,3 +194,6 @@ def test_a_grant_revoked_while_the_app_runs_stops_it_naming_the_topic(
     text = str(error)
     assert "\n" not in text and repr(topic) in text and "'app'" in text, text
     assert all(p not in text for p in secure_broker.passwords.values())
+    # the final commit's and the close's failures after the refusal: one line each, no traceback
+    tracebacks = [r.getMessage() for r in caplog.records if r.name.startswith("laneway") and r.exc_info]
+    assert not tracebacks, tracebacks

@@ -1,0 +1,117 @@
+"""A start that fails while the consumers start (a refused transactional id at
+``init_transactions``): the app closes what it opened, joins no thread that never started, and
+raises the cause; a denied id as the one-line access error. The clients are fakes, the
+sources and the engine real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+import laneway.app
+import laneway.kafka.commit
+import laneway.kafka.source
+from laneway import App, ExactlyOnce
+from laneway.kafka.access import KafkaAccessDenied
+from tests.unit.test_app_lifecycle import FakeLetters
+
+
+class FakeConsumer:
+    made: list[FakeConsumer] = []
+
+    def __init__(self, conf: dict[str, Any], **kw: Any) -> None:
+        self.subscribed = self.closed = False
+        FakeConsumer.made.append(self)
+
+    def subscribe(self, topics: list[str], **kw: Any) -> None:
+        self.subscribed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeProducer:
+    """``init_transactions`` fails with ``error`` (a KafkaException's argument)."""
+
+    error: KafkaError = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "denied", fatal=True)
+
+    def __init__(self, conf: dict[str, Any], **kw: Any) -> None:
+        self.conf = conf
+
+    def init_transactions(self, timeout: float) -> None:
+        raise KafkaException(FakeProducer.error)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+@pytest.fixture
+def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeConsumer]:
+    FakeConsumer.made = []
+    monkeypatch.setattr(laneway.kafka.source, "Consumer", FakeConsumer)
+    monkeypatch.setattr(laneway.kafka.commit, "Producer", FakeProducer)
+    monkeypatch.setattr(laneway.app, "KafkaDeadLetters", FakeLetters)
+    monkeypatch.setattr(App, "check", lambda self: None)  # no broker to ask
+    return FakeConsumer.made
+
+
+def _app() -> App:
+    app = App(
+        "eos",
+        bootstrap_servers="127.0.0.1:1",
+        group_id="app-eos",
+        consumers=2,
+        gc_tuning=False,
+        exactly_once=ExactlyOnce(transactional_id="other-tx"),
+        kafka_config={"security.protocol": "SASL_SSL", "sasl.username": "app", "sasl.password": "s3cret"},
+    )
+    app.handler("app-in")(print)
+    return app
+
+
+def test_a_denied_transactional_id_fails_the_start_with_the_one_line_access_error(
+    clients: list[FakeConsumer],
+) -> None:
+    app = _app()
+    with pytest.raises(KafkaAccessDenied) as info:
+        app.start()  # before the fix: RuntimeError("cannot join thread before it is started")
+    text = str(info.value)
+    assert text.startswith("access denied: ") and "\n" not in text, text
+    assert "user 'app'" in text and "transactional id 'other-tx-0'" in text, text
+    assert "--operation Write --transactional-id other-tx-0" in text and "s3cret" not in text, text
+    # the first consumer's start failed: it was closed, never subscribed; no second one was made
+    assert [(c.subscribed, c.closed) for c in clients] == [(False, True)]
+    assert app.state == "stopped"
+
+
+def test_another_start_failure_is_raised_as_it_is_after_a_clean_stop(
+    clients: list[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakeProducer, "error", KafkaError(KafkaError._TIMED_OUT, "no coordinator"))
+    app = _app()
+    with pytest.raises(KafkaException) as info:
+        app.start()
+    assert info.value.args[0].code() == KafkaError._TIMED_OUT
+    assert [(c.subscribed, c.closed) for c in clients] == [(False, True)]
+
+
+def test_a_refusal_while_closing_is_one_line_other_failures_keep_their_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from laneway.kafka.closing import log_failure, quietly
+
+    denied = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"))
+    settings = {"sasl.username": "app"}
+
+    def close() -> None:
+        raise denied
+
+    with caplog.at_level("ERROR"):
+        quietly(close, "closing the consumer failed", settings)
+        log_failure("final commit failed", RuntimeError("boom"), settings)
+    refused, other = caplog.records
+    assert refused.getMessage().startswith("closing the consumer failed: access denied: ")
+    assert "user 'app'" in refused.getMessage() and refused.exc_info is None
+    assert other.getMessage() == "final commit failed" and other.exc_info is not None

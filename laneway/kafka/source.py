@@ -219,7 +219,7 @@ class KafkaSource(RebalanceCallbacks):
 
     def _fail(self, caught: BaseException) -> None:
         """Stop the app on ``caught``: a refused grant or an output not produced in one line."""
-        self.error = exc = as_access_error(caught, self._access)
+        self.error = exc = as_access_error(caught, self._access, group=self._group)
         (logger.error if isinstance(exc, LanewayError) else logger.exception)("consumer stopped: %s", exc)
         if self._on_fatal is not None:
             self._on_fatal(exc)

@@ -79,5 +79,6 @@ def test_the_consumer_loop_stops_with_the_user_named() -> None:
             src._committer.on_commit(DENIED, [])
         src._fail(info.value)
         assert src.error is not None and "user 'app'" in str(src.error), src.error
+        assert "use group 'g'" in str(src.error) and "--group g" in str(src.error), src.error
     finally:
         src._consumer.close()

@@ -41,6 +41,8 @@ class LagReport:
         self._timeout = timeout
         #: per partition without a position: its committed offset (OFFSET_INVALID: none)
         self._committed: dict[TP, int] = {}
+        #: the last report's lags (laneway.kafka.starving: a partition at 0 has nothing to take)
+        self.last: dict[TP, int] = {}
 
     def forget(self, tps: Iterable[TP]) -> None:
         """The partitions were assigned again (or revoked): their committed offsets are read anew."""
@@ -70,6 +72,7 @@ class LagReport:
                 continue
             out[tp] = lag = max(0, high - pos)
             self._metrics.lag(tp[0], tp[1], lag)
+        self.last = out
         return out
 
     def _position(self, tp: TP, pos: int | None) -> int | None:

@@ -139,6 +139,7 @@ class KafkaSource(RebalanceCallbacks):
             processor.many_lanes if processor is not None else frozenset(),
             lambda: self._processor.held(self._assigned, owner=self),
             self._waiting,
+            lambda: self._lag.last,
         )
         self._headroom: dict[tuple[str, int], int] | None = None
         self._room_min = backpressure.max_events

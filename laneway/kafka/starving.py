@@ -38,19 +38,22 @@ class StarvationWatch:
     """Which key-ordered topics keep shares of the event cap now (see the module's docstring).
 
     ``held``: the events each assigned partition holds; ``waiting(held, low)``: of the partitions
-    holding at most ``low``, those with records still to take."""
+    holding at most ``low``, those with records still to take; ``lags``: the last lag report's
+    (a partition at 0 has nothing to take, whatever the client's position says: an empty
+    partition the consumer never got a record from has no position)."""
 
     def __init__(
         self,
         topics: frozenset[str],
         held: Callable[[], Mapping[TopicPartition, int]],
         waiting: Callable[[dict[TopicPartition, int], float], set[TopicPartition]],
+        lags: Callable[[], Mapping[TopicPartition, int]] = dict,
         *,
         starve_after: float | None = None,
         keep: float | None = None,
         every: float | None = None,
     ) -> None:
-        self._topics, self._held, self._waiting = topics, held, waiting
+        self._topics, self._held, self._waiting, self._lags = topics, held, waiting, lags
         self._starve_after = STARVE_AFTER if starve_after is None else starve_after
         self._keep = KEEP if keep is None else keep
         self._every = EVERY if every is None else every
@@ -66,7 +69,8 @@ class StarvationWatch:
         self._next = now + self._every
         if contended:
             held = {tp: n for tp, n in self._held().items() if tp[0] in self._topics}
-            starved = self._waiting(held, low)
+            lags = self._lags()
+            starved = {tp for tp in self._waiting(held, low) if lags.get(tp, 1) > 0}
             self._since = {tp: self._since.get(tp, now) for tp in starved}
             for tp, since in self._since.items():
                 if now - since >= self._starve_after:

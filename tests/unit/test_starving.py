@@ -45,3 +45,22 @@ def test_no_topics_to_watch_costs_nothing() -> None:
     calls: list[int] = []
     w = StarvationWatch(frozenset(), lambda: calls.append(1) or {}, lambda h, low: set())
     assert w.look(100.0, contended=True, low=1) == frozenset() and calls == []
+
+
+def test_a_partition_the_lag_report_puts_at_zero_never_starves() -> None:
+    """An empty partition the consumer never got a record from has no position, so the client
+    cannot say it has nothing to take: the last lag report (0) does. One never reported counts."""
+    held = {A0: 200, A1: 0, B0: 0}
+    lags = {A1: 0}
+    w = StarvationWatch(
+        frozenset({"a", "b"}),
+        lambda: held,
+        lambda h, low: {tp for tp, n in h.items() if n <= low},  # the client: both "waiting"
+        lambda: lags,
+        starve_after=5,
+        keep=30,
+        every=1,
+    )
+    for t in range(0, 6):
+        fair = w.look(float(t), contended=True, low=50)
+    assert fair == {"b"}  # b/0 has no lag figure yet: it counts; a/1 is at 0: it does not

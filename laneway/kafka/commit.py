@@ -441,6 +441,6 @@ def _refused_now(topic: str, exc: KafkaException, size: int) -> str:
     return why
 
 
-def _size(key: str | bytes | None, value: str | bytes | None, headers: list[Any] | None) -> int:
-    """A record's key, value and headers in bytes (text counted by characters: emit encodes it)."""
+def _size(key: bytes | None, value: bytes | None, headers: list[Any] | None) -> int:
+    """A record's key, value and headers in bytes (``emit`` gave them as bytes)."""
     return len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers or ())

@@ -29,6 +29,22 @@ def test_a_cheap_handler_runs_inline_once_measured() -> None:
     assert model.direct_topics(frozenset({"t", "u"})) == {"t"}
 
 
+def test_chunks_and_threads_follow_the_measured_cost() -> None:
+    model = CostModel()
+    assert model.threads_allowed(64) == 64  # nothing measured: every worker may be called for
+    assert model.chunk_size(model.cost("t")) == 1  # unmeasured: one lane per chunk
+    model.learn("t", 1_000, 1_000 * CHEAP)
+    # a no-op: as many lanes as fit the 0.5 ms budget with the engine's own work, on 2 threads
+    per_event = CHEAP + cost_module.EVENT_OVERHEAD
+    assert model.chunk_size(model.cost("t")) == int(cost_module.CHUNK_BUDGET / per_event) > 50
+    assert model.threads_allowed(64) == 2
+    assert model.chunk_size(1e-9) == cost_module.MAX_CHUNK  # never more lanes than the cap
+    slow = CostModel()
+    slow.learn("t", 10, 10 * 0.02)  # 20 ms a call: one lane per chunk, every worker
+    assert slow.chunk_size(slow.cost("t")) == 1
+    assert slow.threads_allowed(64) == 64
+
+
 def test_one_preempted_call_does_not_send_a_cheap_handler_to_the_workers() -> None:
     model = CostModel()
     model.learn("t", 20, 20 * CHEAP)

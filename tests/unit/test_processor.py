@@ -491,8 +491,12 @@ def _peak_threads(proc: Processor, evs: list[Event], seen: list[str]) -> int:
 
 
 def test_cheap_handlers_run_in_chunks_on_few_threads(
-    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+    make: Callable[..., tuple[Processor, FakeDeadLetters]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a generous budget, so the test counts threads whatever the machine's load: at the default
+    # 0.5 ms, a no-op call preempted by a busy machine's other processes measures milliseconds
+    # and the chunks shrink to one lane (the chunk arithmetic has its own test in test_cost_model.py)
+    monkeypatch.setattr(cost_module, "CHUNK_BUDGET", 0.05)
     threads: list[str] = []
 
     def handle(ev: Event) -> None:

@@ -309,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write every run and the summaries here")
     ap.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each child under py-spy (every thread, 200 Hz) and write its samples to DIR as "
+        "<n>-<name>.txt, n counting the runs in the order printed (py-spy's raw format, one stack per "
+        "line; its overhead slows the runs)",
+    )
     args = ap.parse_args(argv)
     try:
         variants = parse_variants(args.variants)
@@ -327,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-adversity-") as tmp:
             pid = broker.proc.pid if broker is not None and broker.proc is not None else None
-            lab = Lab(bootstrap, variants, Path(tmp), broker_pid=pid)
+            lab = Lab(bootstrap, variants, Path(tmp), broker_pid=pid, profile=args.profile)
             try:
                 for scenario in scenarios:
                     runs = Runs(scenario)

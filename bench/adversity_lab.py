@@ -142,12 +142,21 @@ class Lab:
     """The broker, the checkouts' paths and the child processes."""
 
     def __init__(
-        self, bootstrap: str, variants: list[tuple[str, str]], tmp: Path, broker_pid: int | None = None
+        self,
+        bootstrap: str,
+        variants: list[tuple[str, str]],
+        tmp: Path,
+        broker_pid: int | None = None,
+        profile: str | None = None,
     ) -> None:
         self.bootstrap, self.tmp, self.kafka, self.n = bootstrap, tmp, Kafka(bootstrap), 0
         #: the local broker's process: each run reports its CPU (``broker_cpu_s``), which shares
         #: the machine's cores with the run's
         self.broker_pid = broker_pid
+        #: a directory for each child's py-spy samples (``--profile``), or None
+        self.profile = Path(profile) if profile else None
+        if self.profile is not None:
+            self.profile.mkdir(parents=True, exist_ok=True)
         self.started = 0
         self.paths: dict[str, Path] = {}
         for name, checkout in variants:
@@ -186,9 +195,14 @@ class Lab:
         run = self.tmp / f"run-{self.started}-{name}"
         run.mkdir()
         (run / "spec.json").write_text(json.dumps(spec))
+        cmd = [sys.executable, "-m", "bench.child", str(run / "spec.json"), str(run / "result.json")]
+        if self.profile is not None:
+            out = self.profile / f"{self.started}-{name}.txt"
+            spy = str(Path(sys.executable).with_name("py-spy"))  # the bench extra installs it
+            cmd = [spy, "record", "-r", "200", "--threads", "-f", "raw", "-o", str(out), "--", *cmd]
         with (run / "stderr").open("wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.child", str(run / "spec.json"), str(run / "result.json")],
+                cmd,
                 cwd=self.paths[name],
                 env={**os.environ, "PYTHONPATH": str(self.paths[name])},
                 stdout=subprocess.DEVNULL,

@@ -312,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile",
         metavar="DIR",
-        help="run each child under py-spy (every thread, 200 Hz) and write its samples to DIR as "
-        "<n>-<name>.txt, n counting the runs in the order printed (py-spy's raw format, one stack per "
-        "line; its overhead slows the runs)",
+        help="run each child under py-spy (200 Hz, the thread holding the GIL) and write its samples "
+        "to DIR as <n>-<name>.txt, n counting the runs in the order printed (py-spy's raw format, one "
+        "stack per line; its overhead slows the runs)",
     )
     args = ap.parse_args(argv)
     try:

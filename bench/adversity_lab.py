@@ -199,7 +199,7 @@ class Lab:
         if self.profile is not None:
             out = self.profile / f"{self.started}-{name}.txt"
             spy = str(Path(sys.executable).with_name("py-spy"))  # the bench extra installs it
-            cmd = [spy, "record", "-r", "200", "--threads", "-f", "raw", "-o", str(out), "--", *cmd]
+            cmd = [spy, "record", "-r", "200", "--gil", "--threads", "-f", "raw", "-o", str(out), "--", *cmd]
         with (run / "stderr").open("wb") as err:
             proc = subprocess.Popen(
                 cmd,

@@ -173,12 +173,12 @@ class ChunkRun:
 
     def close(self, topic: str) -> list[Lane]:
         """Learn the cost, give back what an overrun left, count the successes and finish them;
-        returns their lanes that have more to run. When the calls overran the chunk's budget and
-        heads went back to the pool, their cost is the estimate now (the history is dropped)."""
+        returns their lanes that have more to run. When the calls overran the chunk's budget, the
+        heads not run go back to the pool (:meth:`CostModel.chunk_done` says what the cost
+        model makes of it)."""
         engine = self._engine
-        if self.busy > CHUNK_OVERRUN and self.ran < self.heads:
-            engine.cost.forget(topic)
-        engine.cost.learn(topic, max(1, self.ran), self.busy)
+        overran = self.busy > CHUNK_OVERRUN and self.ran < self.heads
+        engine.cost.chunk_done(topic, max(1, self.ran), self.busy, overran)
         if self.pending:
             engine.hand_back(take_all(self.pending))
         if self.took:  # the event-time sample: the chunk's middle success

@@ -21,6 +21,7 @@ __all__ = [
     "INLINE_BUDGET",
     "INLINE_COST",
     "MAX_CHUNK",
+    "OVERRUN_STREAK",
     "SLOW_STREAK",
     "STEAL_AFTER",
     "STEAL_TICK",
@@ -50,6 +51,13 @@ MAX_CHUNK = 256
 #: a chunk whose handler calls took this long hands its remaining lanes back to the pool (s);
 #: handler time, not wall time: waiting for the GIL is no sign the handler got slower
 CHUNK_OVERRUN = 0.005
+#: after this many chunks of a topic in a row overran, the topic's cost history is dropped and
+#: the last chunk's cost is the estimate. One overrun is no evidence: a call preempted by
+#: another thread measures the switch interval (5 ms) it waited for the GIL, and taking it as
+#: the handler's cost called for every worker thread, then retired them as the estimate fell
+#: (at 3% of records failing once, 120 threads started and stopped per run). A handler that
+#: really got slower overruns every chunk, so it is confirmed within a few of its calls.
+OVERRUN_STREAK = 3
 #: a chunk's call running this long has the chunk's heads not started handed back (s), checked
 #: every STEAL_TICK: one blocked call must not hold the other keys of its chunk
 STEAL_AFTER = 0.05
@@ -65,7 +73,7 @@ class CostModel:
     zero).
     """
 
-    __slots__ = ("_cheap", "_streak", "work")
+    __slots__ = ("_cheap", "_overruns", "_streak", "work")
 
     def __init__(self) -> None:
         self.work: dict[str, list[float]] = {}
@@ -73,6 +81,8 @@ class CostModel:
         self._cheap: set[str] = set()
         #: per topic, the chunks in a row measured at INLINE_COST or more per event
         self._streak: dict[str, int] = {}
+        #: per topic, the chunks in a row that overran CHUNK_OVERRUN (see :meth:`chunk_done`)
+        self._overruns: dict[str, int] = {}
 
     def learn(self, topic: str, events: int, seconds: float) -> None:
         """Fold a chunk into the topic's estimate: seconds in the handler per event over recent
@@ -94,9 +104,18 @@ class CostModel:
             if streak >= SLOW_STREAK:
                 self._cheap.discard(topic)
 
-    def forget(self, topic: str) -> None:
-        """Drop the topic's history (strong evidence that the handler changed: an overrun)."""
-        self.work.pop(topic, None)
+    def chunk_done(self, topic: str, events: int, seconds: float, overran: bool) -> None:
+        """:meth:`learn` a chunk of a worker; one that ``overran`` (its calls passed
+        :data:`CHUNK_OVERRUN` with heads left) drops the history first when the
+        :data:`OVERRUN_STREAK` chunks before it overran too (strong evidence that the handler
+        changed), so the estimate is this chunk's cost."""
+        if overran:
+            streak = self._overruns[topic] = self._overruns.get(topic, 0) + 1
+            if streak >= OVERRUN_STREAK:
+                self.work.pop(topic, None)
+        elif self._overruns.get(topic):
+            self._overruns[topic] = 0
+        self.learn(topic, events, seconds)
 
     def cost(self, topic: str) -> float:
         """Seconds per event, the engine's own work included (:data:`INITIAL_COST` unmeasured)."""

@@ -45,6 +45,26 @@ def test_chunks_and_threads_follow_the_measured_cost() -> None:
     assert slow.threads_allowed(64) == 64
 
 
+def test_one_overrun_chunk_keeps_the_estimate_and_a_streak_of_them_resets_it() -> None:
+    model = CostModel()
+    model.chunk_done("t", 5_000, 5_000 * CHEAP, overran=False)  # a no-op: two threads do
+    assert model.threads_allowed(64) == 2
+    # a one-lane chunk whose call waited 6 ms for the GIL: handed back its heads, learnt, no more
+    for _ in range(cost_module.OVERRUN_STREAK - 1):
+        model.chunk_done("t", 1, 0.006, overran=True)
+        assert model.threads_allowed(64) == 2
+        assert model.chunk_size(model.cost("t")) > 50
+    model.chunk_done("t", 200, 200 * CHEAP, overran=False)  # the streak is broken
+    for _ in range(cost_module.OVERRUN_STREAK - 1):
+        model.chunk_done("t", 1, 0.006, overran=True)
+    assert model.threads_allowed(64) == 2
+    # a handler that got slow overruns every chunk: the last one's cost is the estimate
+    model.chunk_done("t", 1, 0.02, overran=True)
+    assert model.cost("t") == pytest.approx(0.02 + cost_module.EVENT_OVERHEAD)
+    assert model.threads_allowed(64) == 64
+    assert model.chunk_size(model.cost("t")) == 1
+
+
 def test_one_preempted_call_does_not_send_a_cheap_handler_to_the_workers() -> None:
     model = CostModel()
     model.learn("t", 20, 20 * CHEAP)

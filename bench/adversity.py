@@ -66,6 +66,7 @@ from bench.adversity_lab import (  # noqa: F401 (the scenarios' tools, and names
     problems,
     produce,
     redone,
+    turns,
 )
 
 
@@ -78,7 +79,7 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
     cases = {"a-none": {"adverse": True}, "b-poison": {"poison": 0.005}, "c-once": {"fail_once": 0.03}}
     for rep in range(repeats):
         for case, options in cases.items():
-            for name in names:
+            for name in turns(names, rep):
                 dlq = lab.dlq(topic)
                 spec = lab.spec(topic, n, retry=RETRY, end_offsets=ends, dead_letter_topic=dlq, **options)
                 r = lab.run(name, spec)
@@ -120,7 +121,7 @@ def warmup(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list
     cases = {"a-none": {"adverse": True}, "b-slow-1st": {"slow_first_s": 0.02}}
     for rep in range(repeats):
         for case, options in cases.items():
-            for name in names:
+            for name in turns(names, rep):
                 r = lab.run(name, lab.spec(topic, n, end_offsets=ends, **options))
                 rate = r["count"] / r["window_s"] if r.get("window_s") else 0.0
                 runs.add(rep, case, name, {"rec/s": rate}, problems(r, n, n))
@@ -137,7 +138,7 @@ def partitions(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> 
     ends = lab.kafka.end_offsets(topic, PARTITIONS)
     target = 0.9 * min(PARTITIONS, 16)
     for rep in range(repeats):
-        for name in names:
+        for name in turns(names, rep):
             spec = lab.spec(
                 topic,
                 n,
@@ -209,7 +210,7 @@ def restart(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> lis
     hot_ends = lab.kafka.end_offsets(hot_topic, PARTITIONS)
     stuck_ends = lab.kafka.end_offsets(stuck_topic, PARTITIONS)
     for rep in range(repeats):
-        for name in names:
+        for name in turns(names, rep):
             figures, problem = _kill_and_restart(
                 lab, name, hot_topic, hot_ends, 3.0, n // 2, retry=RETRY, fail_once=0.03, sleep_s=0.001
             )
@@ -237,7 +238,7 @@ def hotkey_conflate(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs
     ends = lab.kafka.end_offsets(topic, PARTITIONS)
     for rep in range(repeats):
         for case in ("plain", "conflate"):
-            for name in names:
+            for name in turns(names, rep):
                 spec = lab.spec(
                     topic,
                     n + 1,
@@ -276,7 +277,7 @@ def io(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> list[str
     for rep in range(repeats):
         ceiling = run_asyncio(n, 256, 0.005, 0.0, "uvloop")["rate"]
         runs.add(rep, "io", "ceiling", {"rec/s": ceiling}, "")
-        for name in names:
+        for name in turns(names, rep):
             spec = lab.spec(
                 topic, n, contender="laneway-key-async", sleep_s=0.005, concurrency=256, end_offsets=ends
             )

@@ -57,6 +57,12 @@ def parse_variants(items: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def turns(names: list[str], rep: int) -> list[str]:
+    """The variants in the order of repeat ``rep``: as given, then reversed, and so on, so no
+    variant always runs second (see bench.ab)."""
+    return names if rep % 2 == 0 else names[::-1]
+
+
 def busy_lanes(samples: list[list[int]]) -> float:
     """The average number of partitions whose count advanced per sampling interval, over the
     intervals from the first where any advanced to the last where any advanced."""

@@ -179,3 +179,10 @@ def test_a_process_cpu_is_read_from_proc_and_a_figure_missing_from_some_runs_is_
     assert runs.median("a-none", "x", "rec/s") == 20.0
     assert runs.median("a-none", "x", "broker cpu s") == 0.5
     assert runs.median("a-none", "x", "cpu us/rec") is None
+
+
+def test_the_variants_take_turns_at_running_first() -> None:
+    from bench.adversity_lab import turns
+
+    orders = [turns(["before", "after"], rep) for rep in range(4)]
+    assert orders == [["before", "after"], ["after", "before"]] * 2

@@ -223,10 +223,9 @@ class AsyncPool:
         without a :class:`ChunkRun`, and its measurements go to the topic's tally (see
         :data:`TALLY_EVERY`). Returns the lane when it has more to run."""
         engine = self._engine
-        heads = engine.table.take_heads([lane])
-        if not heads:
+        head = engine.table.take_head(lane)
+        if head is None:
             return []
-        head = heads[0]
         ev, state = head[1], head[2]
         if engine.fatal is not None:
             engine.table.release([state])
@@ -235,7 +234,21 @@ class AsyncPool:
             ev.outputs = None  # what a failed attempt emitted is discarded
         spec = lane.spec
         t0 = time.perf_counter()
-        err = await self._call(spec, ev)
+        err: BaseException | None
+        if spec.timeout is None and (spec.deserializer is None or ev.attempt > 1):
+            # _call's common case, without a coroutine of its own (one per event)
+            try:
+                await spec.fn(ev)
+                err = None
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this worker is being cancelled
+                err = exc  # the handler's own CancelledError: a failure like any other
+            except BaseException as exc:
+                err = exc
+        else:
+            err = await self._call(spec, ev)
         took = time.perf_counter() - t0
         tally = self._tallies.get(spec.topic)
         if tally is None:
@@ -244,6 +257,9 @@ class AsyncPool:
         tally.busy += took
         if err is not None:
             engine.after_failures([(lane, ev, state, err)], True)
+            # the failure's traceback holds this frame: no local may refer back to it
+            # (see ChunkRun.carry_out)
+            err = None
             more: list[Lane] = []
         else:
             tally.took.append(took)

@@ -79,9 +79,12 @@ class Dispatching(FailurePaths):
             spec = group[0].spec
             cost = cost_model.cost(topic)
             size = cost_model.chunk_size(cost)
-            chunks = (
-                [group] if len(group) <= size else [group[i : i + size] for i in range(0, len(group), size)]
-            )
+            if len(group) <= size:
+                chunks = [group]
+            elif size == 1:  # a slow handler's (I/O): a lane per chunk
+                chunks = [[lane] for lane in group]
+            else:
+                chunks = [group[i : i + size] for i in range(0, len(group), size)]
             if spec.is_async:
                 assert self._apool is not None
                 self._apool.put(chunks)

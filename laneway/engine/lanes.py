@@ -305,6 +305,28 @@ class LaneTable:
                 self.room.notify_all()
         return heads
 
+    def take_head(self, lane: Lane) -> Head | None:
+        """:meth:`take_heads` of one lane (the asyncio pool's one-lane chunks, one an event)."""
+        if len(lane) > 1 and lane.spec.conflate:
+            heads = self.take_heads([lane])
+            return heads[0] if heads else None
+        with self.lock:
+            while lane:
+                ev, state = lane[0]
+                if not state.revoked:
+                    state.running += 1
+                    return (lane, ev, state)
+                lane.popleft()
+                self.events_in_memory -= 1
+                self.bytes_in_memory -= ev.size
+            if lane.id is not None and self.lanes.get(lane.id) is lane:
+                del self.lanes[lane.id]
+            if self.waiters:
+                self.changed.notify_all()
+            if 0 <= self.events_in_memory <= self.room_at:
+                self.room.notify_all()
+            return None
+
     def _conflate(self, lane: Lane) -> None:
         """Mark done every event of ``lane`` but its newest (the lock is held, the lane is not
         running): each is a snapshot its newer one replaces. Counted in :attr:`conflated`.

@@ -73,24 +73,26 @@ class FinishingLock:
     at concurrency 256). The conditions built on it finish what is pending before they wait.
     """
 
-    __slots__ = ("_finish", "_raw", "pending")
+    __slots__ = ("_finish", "pending", "raw")
 
     def __init__(
         self, finish: Callable[[list[Head]], list[Lane]], dispatch: Callable[[list[Lane]], None]
     ) -> None:
-        self._raw = threading.Lock()
+        #: the lock itself: taking it is ``raw.acquire()`` (a hot path may skip :meth:`acquire`'s
+        #: call); letting go is always :meth:`release`, which drains the mailbox
+        self.raw = threading.Lock()
         #: heads whose handler succeeded, not yet marked done
         self.pending: deque[Head] = deque()
         self._finish = (finish, dispatch)
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._raw.acquire(blocking, timeout)
+        return self.raw.acquire(blocking, timeout)
 
     def __enter__(self) -> bool:
-        return self._raw.acquire()
+        return self.raw.acquire()
 
     def release(self, *_exc: object) -> None:
-        raw, pending = self._raw, self.pending
+        raw, pending = self.raw, self.pending
         if not pending:  # the common case: nothing left in the mailbox
             raw.release()
             # a worker may have left heads since the check: if nobody holds the lock now, they
@@ -118,7 +120,7 @@ class FinishingLock:
     __exit__ = release
 
     def _is_owned(self) -> bool:  # for threading.Condition
-        return self._raw.locked()
+        return self.raw.locked()
 
 
 class LaneTable:
@@ -310,7 +312,9 @@ class LaneTable:
         if len(lane) > 1 and lane.spec.conflate:
             heads = self.take_heads([lane])
             return heads[0] if heads else None
-        with self.lock:
+        lock = self.lock
+        lock.raw.acquire()
+        try:
             while lane:
                 ev, state = lane[0]
                 if not state.revoked:
@@ -326,6 +330,8 @@ class LaneTable:
             if 0 <= self.events_in_memory <= self.room_at:
                 self.room.notify_all()
             return None
+        finally:
+            lock.release()
 
     def _conflate(self, lane: Lane) -> None:
         """Mark done every event of ``lane`` but its newest (the lock is held, the lane is not
@@ -351,7 +357,7 @@ class LaneTable:
         are dispatched from there: nothing is returned.
         """
         lock = self.lock
-        if lock.acquire(False):
+        if lock.raw.acquire(False):  # (the raw lock's own method: a call less per finish)
             try:
                 return self.finish_locked(done)
             finally:

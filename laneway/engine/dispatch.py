@@ -148,6 +148,7 @@ class Dispatching(FailurePaths):
                 self._inbox.put(lane)
             else:
                 others.append(lane)
+        self._after_put()
         if others:
             self._dispatch(others)
 
@@ -185,7 +186,15 @@ class Dispatching(FailurePaths):
                 self._inbox.put(lane)
             else:
                 keep.append(lane)
+        self._after_put()
         return keep
+
+    def _after_put(self) -> None:
+        """After lanes went into the inbox: when the submitter said it waits for records since
+        this thread read :attr:`_idle`, its :meth:`idle` may have taken the inbox before they
+        came, so they go to the workers from here (``idle`` sets the flag, then takes)."""
+        if self._idle and self._inbox:
+            self.dispatch_more(self._inbox.take())
 
     def continue_(self, lanes: list[Lane]) -> list[Lane]:
         """Of lanes with more work, those the worker may run next; delayed lanes are re-dispatched

@@ -197,7 +197,8 @@ def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_o
     proc.idle()
     assert done.wait(20)
     assert ran_on and ran_on[0] != threading.current_thread().name
-    assert len(proc._inbox) == 0
+    # (a worker may still be between its put and its check of the flag: waited for, not read)
+    wait_for(lambda: len(proc._inbox) == 0)
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
     # a lane left in the inbox while submits came goes to the workers once the submitter idles
     proc.submit([Event("t", 0, 1001, b"late", b"v", size=1)])
@@ -205,6 +206,51 @@ def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_o
     proc.idle()
     assert len(proc._inbox) == 0
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1002})
+
+
+def test_a_lane_put_in_the_inbox_as_the_submitter_idles_goes_to_a_worker(procs: list[Processor]) -> None:
+    """A thread that read the submitter as busy puts a lane into the inbox; if the submitter
+    idles between that read and the put, its ``idle`` took the inbox before the lane came: the
+    putting thread sends it to the workers itself (else it waited for the inbox's flush, here a
+    minute)."""
+    ran = threading.Event()
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"late":
+            ran.set()
+
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, concurrency=2, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc._inbox.wait = 60.0
+    proc.assign([TP0])
+    for i in range(5):  # measured cheap: its lanes made ready off the submitter go to the inbox
+        proc.submit([Event("t", 0, i * 200 + j, f"w{j}".encode(), b"v", size=1) for j in range(200)])
+    wait_for(lambda: proc.cost.inline_allowed("t"))
+    proc.idle()  # what the submits' budget left in the inbox goes to the workers
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1000})
+    proc._idle = False  # the submitter is busy again, as its next submit says
+
+    class IdlingInbox(Inbox):
+        __slots__ = ()
+
+        def put(self, lane: Lane) -> None:
+            proc.idle()  # between the putter's read of the flag and its put
+            super().put(lane)
+
+    proc._inbox = IdlingInbox(proc._timer.schedule, proc._clock, proc.dispatch_more, wait=60.0)
+    with proc._lock:  # a lane made ready off the submitter, as a retry's end makes it
+        accepted, to_dispatch, _, _ = proc.table.place(
+            [Event("t", 0, 1000, b"late", b"v", size=1)],
+            None,
+            proc._ledger.states,
+            proc._handlers,
+            frozenset(),
+        )
+    assert accepted == 1 and len(to_dispatch) == 1
+    proc._ready_all(to_dispatch)  # a timer's or a sink's thread, which read the submitter as busy
+    assert ran.wait(10)
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
+    assert len(proc._inbox) == 0
 
 
 def test_a_runs_retries_park_on_one_timer_entry_and_none_runs_before_its_backoff(

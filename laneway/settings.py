@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
+from laneway.kafka.client_config import empty_broker_list
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -203,6 +204,8 @@ class AppSettings(BaseModel):
         for key, why in RESERVED_KAFKA_KEYS.items():
             if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
                 raise ValueError(f"{key!r} is Laneway's to set: {why}")
+        if empty := empty_broker_list(v):  # dropped for bootstrap_servers without a word
+            raise ValueError(empty[1])
         # an unknown property or a bad value: now, naming the field, not when the app starts
         if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config")):
             raise ValueError(refusal)

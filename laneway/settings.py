@@ -123,14 +123,9 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
             Consumer({**conf, "group.id": "laneway-settings-check"}, logger=_QUIET).close()
         else:
             Producer(conf, logger=_QUIET)  # freed (librdkafka's threads joined) when dropped
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else exc
-        text = err.str() if hasattr(err, "str") else str(err)
-    except (TypeError, ValueError) as exc:  # the Python client's own: a callback that is not callable
-        text = str(exc)
-    else:
-        return None
-    return secrets.scrub(secrets.scrub(text), secrets.secret_values(config))
+    except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
+        return secrets.refusal_text(exc, config)
+    return None
 
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning

@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
+from laneway.kafka.client_config import empty_broker_list
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -122,14 +123,9 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
             Consumer({**conf, "group.id": "laneway-settings-check"}, logger=_QUIET).close()
         else:
             Producer(conf, logger=_QUIET)  # freed (librdkafka's threads joined) when dropped
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else exc
-        text = err.str() if hasattr(err, "str") else str(err)
-    except (TypeError, ValueError) as exc:  # the Python client's own: a callback that is not callable
-        text = str(exc)
-    else:
-        return None
-    return secrets.scrub(secrets.scrub(text), secrets.secret_values(config))
+    except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
+        return secrets.refusal_text(exc, config)
+    return None
 
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning
@@ -203,6 +199,8 @@ class AppSettings(BaseModel):
         for key, why in RESERVED_KAFKA_KEYS.items():
             if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
                 raise ValueError(f"{key!r} is Laneway's to set: {why}")
+        if empty := empty_broker_list(v):  # dropped for bootstrap_servers without a word
+            raise ValueError(empty[1])
         # an unknown property or a bad value: now, naming the field, not when the app starts
         if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config")):
             raise ValueError(refusal)

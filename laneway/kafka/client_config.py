@@ -41,10 +41,12 @@ from laneway.kafka import secrets
 
 __all__ = [
     "API_ARGUMENT",
+    "BROKER_KEYS",
     "CLI_OPTION",
     "ENV_VAR",
     "FILE_KEYS",
     "active",
+    "empty_broker_list",
     "file_problem",
     "load_client_config",
     "parse_properties",
@@ -60,6 +62,9 @@ API_ARGUMENT: Final = "the client_config= argument of App"
 CLI_OPTION: Final = f"--client-config / ${ENV_VAR}"
 
 _FIELD: Final = "client_config"
+
+#: the two names librdkafka takes for the brokers to connect to first
+BROKER_KEYS: Final = ("bootstrap.servers", "metadata.broker.list")
 
 #: Java-only keys librdkafka has no use for, and what to do instead
 JAVA_ONLY: Final[dict[str, str]] = {
@@ -279,6 +284,9 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
         key, first, again = repeated[0]
         raise ConfigError(_FIELD, f"{p} line {again}: {key} is set again (first on line {first}): keep one")
     props = {key: value for key, (value, _) in parsed.items()}
+    if empty := empty_broker_list(props):
+        key, why = empty
+        raise ConfigError(_FIELD, f"{p} line {parsed[key][1]}: {why}")
     try:
         settings = to_librdkafka(props)
     except ConfigError as exc:
@@ -293,6 +301,18 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
         raise ConfigError(_FIELD, f"{where}: {secrets.scrub(why, secrets.secret_values(props))}")
     secrets.remember(settings)
     return settings
+
+
+def empty_broker_list(settings: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first of :data:`BROKER_KEYS` that ``settings`` give empty (or blanks), with the
+    error's text (``<key>: must not be empty: ...``); None when none is. Taken as unset, an
+    empty one let the command lines go to ``--bootstrap``, ``$LANEWAY_BOOTSTRAP`` or the
+    recorded broker without a word, and the App to its ``bootstrap_servers``."""
+    for key in BROKER_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and not value.strip():
+            return key, f"{key}: must not be empty: give host:port[,host:port], or remove the setting"
+    return None
 
 
 #: the keys (librdkafka's and the Java client's) whose value is a file the clients read at start;

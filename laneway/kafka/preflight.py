@@ -51,9 +51,7 @@ def preflight(
         field = "producer_config"
         Producer(producer_config, logger=quiet)
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else exc
-        text = err.str() if hasattr(err, "str") else str(err)
-        raise ConfigError(field, secrets.scrub(text)) from None
+        raise ConfigError(field, secrets.refusal_text(exc)) from None
     try:
         md = access.probe(admin, watch, timeout)
     except KafkaException as exc:

@@ -4,6 +4,7 @@ scrub for text that might carry a secret's value (a log line, an error message).
     print(redact(settings))            # {"sasl.password": "[redacted]", ...}
     remember(settings)                 # the values laneway.kafka.logs scrubs from log lines
     scrub("... hunter2 ...")           # "... [redacted] ..."
+    refusal_text(exc, settings)        # librdkafka's refusal of settings, scrubbed
 
 A key holds a secret when its name contains ``password``, ``secret``, ``token``, ``jaas`` or
 ``credential``, or names a private key given inline (``ssl.key.pem``, ``ssl.keystore.key``),
@@ -17,7 +18,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["REDACTED", "is_secret_key", "redact", "remember", "scrub", "secret_values"]
+from confluent_kafka import KafkaException
+
+__all__ = ["REDACTED", "is_secret_key", "redact", "refusal_text", "remember", "scrub", "secret_values"]
 
 REDACTED: Final = "[redacted]"
 
@@ -78,3 +81,19 @@ def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
         if value and value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+def refusal_text(exc: BaseException, settings: Mapping[str, Any] | None = None) -> str:
+    """What a client's constructor raised when it refused its settings, as text safe to print: a
+    ``KafkaException``'s ``KafkaError.str()`` (librdkafka's words), else ``str(exc)`` (the
+    Python client's ``TypeError`` or ``ValueError``), scrubbed of the secrets :func:`remember`
+    noted, then of those of ``settings`` when given. The App's build-time check
+    (:func:`laneway.settings.librdkafka_refusal`) and its start's (:mod:`laneway.kafka.preflight`)
+    both say a refusal this way."""
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else exc
+        text = err.str() if hasattr(err, "str") else str(err)
+    else:
+        text = str(exc)
+    text = scrub(text)
+    return text if settings is None else scrub(text, secret_values(settings))

@@ -57,22 +57,29 @@ def _kafka_errors() -> Iterator[None]:
         raise fail(str(exc)) from exc
 
 
-def _check_sync_access(address: str, settings: Any) -> None:
-    """Before the sync's producers start: the ACLs let the user read the changes and the group,
-    and write the snapshots and the dead letters (a denial is one line, not an idempotent
-    producer's fatal error on a background thread)."""
+def _check_access(address: str, topics: dict[str, str], group: str | None = None) -> None:
+    """The ACLs let the user do what the command does with ``topics`` (name -> ``"read"`` or
+    ``"write to"``) and use ``group``: a denial is the one line the App's start-time check gives,
+    naming the ACL it needs (not an idempotent producer's fatal error on a background thread)."""
     from laneway.kafka import admin as ka
     from laneway.kafka.access import check_group, check_operations
     from laneway.kafka.client_config import active
 
     admin, conf = ka.connect(address), active()
+    check_operations(admin, topics, conf, 10.0)
+    if group is not None:
+        check_group(admin, group, conf, 10.0)
+
+
+def _check_sync_access(address: str, settings: Any) -> None:
+    """Before the sync's producers start: the ACLs let the user read the changes and the group,
+    and write the snapshots and the dead letters."""
     wanted = {
         settings.changes_topic: "read",
         settings.entities_topic: "write to",
         settings.dead_letter_topic: "write to",
     }
-    check_operations(admin, wanted, conf, 10.0)
-    check_group(admin, settings.group_id, conf, 10.0)
+    _check_access(address, wanted, settings.group_id)
 
 
 def _resolve(bootstrap: str | None) -> str:
@@ -145,6 +152,7 @@ def generate_cmd(
     address = _resolve(bootstrap)
     with _kafka_errors():  # before generating: no broker, no waiting
         ensure_topics(address, {topic: partitions})
+        _check_access(address, {topic: "write to"})
     records = generate(config)
     if start_time_ms is None:
         # the stream replays a metastore's changes up to now: its event times end as producing

@@ -3,7 +3,8 @@
 * A client with no client config at the SASL_SSL listener: the broker closes the connection
   during the handshake; the line says so and names security.protocol and --client-config.
 * Every ACL denial of a command, as the reader or as the app user on a resource outside its
-  grants, begins with "access denied:" and names the resource and the missing ACL operation.
+  grants, begins with "access denied:" and names the resource, the missing ACL operation ("it
+  needs ...") and the kafka-acls command that grants it, the catalog commands' too.
 * An app whose group, or whose dead-letter topic, the ACLs deny fails its start (``App.check``)
   naming the group or topic, not at the join or at the first dead letter.
 """
@@ -158,6 +159,14 @@ DENIALS = {
         ["catalog", "generate", "--topic", "{topic}", "--entities", "5", "--events", "5", "--no-progress"],
         ["topic '{topic}'", "Write"],
     ),
+    "reader: catalog generate (create)": (
+        "reader",
+        [
+            *("catalog", "generate", "--topic", "{topic}-new"),
+            *("--entities", "5", "--events", "5", "--no-progress"),
+        ],
+        ["create topic '{topic}-new'", "Create"],
+    ),
     "reader: catalog sync (the snapshots' write)": (
         "reader",
         [
@@ -200,6 +209,7 @@ def test_every_denial_begins_access_denied_and_names_resource_and_operation(
     line = _one_line(ran.stderr)
     assert line.startswith("error: access denied: "), line
     assert f"user '{user}'" in line and "sasl.username" in line, line
+    assert "; it needs " in line and "(kafka-acls --add --allow-principal " in line, line  # what to grant
     for expected in names:
         assert expected.format(**values) in line, line
     assert "Traceback" not in ran.stdout + ran.stderr

@@ -215,6 +215,31 @@ def test_every_denial_begins_access_denied_and_names_resource_and_operation(
     assert "Traceback" not in ran.stdout + ran.stderr
 
 
+def test_a_catalog_sync_denied_its_group_creates_no_topic(
+    secure_broker: SecureBroker, secure_admin: AdminClient
+) -> None:
+    """The app user may create ``app-*`` topics but not use an ``other-*`` group: the group is
+    checked before the missing topics are created (it created all three, then failed)."""
+    base, group = f"app-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    names = [f"{base}-changes", f"{base}-entities", f"{base}-dlq"]
+    before = set(secure_admin.list_topics(timeout=10).topics)
+    try:
+        ran = laneway(
+            secure_broker,
+            *("catalog", "sync", "--changes-topic", names[0], "--entities-topic", names[1]),
+            *("--dead-letter-topic", names[2], "--group-id", group, "--until-caught-up"),
+            config=secure_broker.config_path("app"),
+        )
+        assert ran.code == 2, ran
+        assert sorted(set(secure_admin.list_topics(timeout=10).topics) - before) == []
+        line = _one_line(ran.stderr)
+        assert f"group '{group}'" in line and "it needs Read on the group" in line, line
+    finally:
+        for f in secure_admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(timeout=30)
+
+
 def test_an_app_in_a_denied_group_fails_its_check(secure_broker: SecureBroker, scene: Scene) -> None:
     app = App(
         "app-denied-group",

@@ -73,7 +73,7 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
     from confluent_kafka.admin import NewTopic
 
     from laneway.kafka import admin as ka
-    from laneway.kafka.access import raise_if_denied
+    from laneway.kafka.access import Ask, raise_if_denied
     from laneway.kafka.client_config import active
 
     admin = ka.connect(bootstrap, timeout=min(timeout, 10.0))
@@ -96,7 +96,7 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
             if isinstance(err, KafkaError):  # an ACL denial: the one line naming the setting
-                raise_if_denied(err, active(), doing=f"create topic {name!r}")
+                raise_if_denied(err, active(), doing=Ask("create", "topic", name, "Create"))
             raise ka.AdminError(f"creating topic {name!r} at {bootstrap} failed: {_kafka_text(exc)}") from exc
     logger.info("created topics %s", created)
     return created
@@ -263,11 +263,10 @@ def produce(
         bar.update(task, completed=sent)
     seconds = time.monotonic() - t0
     acknowledged = sum(per_partition.values())
-    if fatal:  # an ACL denial: the one line naming the setting (KafkaAccessDenied)
-        from laneway.kafka.access import raise_if_denied
+    if fatal:  # an ACL denial: the one line naming the setting and the grant (KafkaAccessDenied)
+        from laneway.kafka.access import Ask, raise_if_denied
 
-        doing = f"write to topic {topic!r} with an idempotent producer (Write on the topic)"
-        raise_if_denied(fatal[0], active(), doing=doing)
+        raise_if_denied(fatal[0], active(), doing=Ask("write to", "topic", topic, "Write"))
         errors.insert(0, fatal[0].str())
     interrupted = stopped() and sent < n
     if acknowledged < (sent if interrupted else n):

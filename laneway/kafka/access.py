@@ -150,11 +150,13 @@ def consumer_asks(group: object, topics: Sequence[str], topic: str | None = None
 
 def _asked(code: int, doing: Doing) -> str | Ask:
     """What a denial with ``code`` refused: the :class:`Ask` among ``doing`` on the resource
-    the code names (a group's code, a topic's request: the group), else a default phrase."""
+    the code names (a group's code, a topic's request: the group), else a default phrase. An
+    idempotent producer refused its id (the cluster's code) is granted it by Write on the topic
+    it writes (Kafka 3.0 and later): an Ask for that Write is the one named."""
     kind = DENIED[code]
     asks = [doing] if isinstance(doing, Ask) else [] if doing is None or isinstance(doing, str) else doing
     for ask in asks:
-        if ask.resource == kind:
+        if ask.resource == kind or (kind, ask.resource, ask.operation) == ("cluster", "topic", "Write"):
             return ask
     if isinstance(doing, str):
         return doing

@@ -22,6 +22,10 @@ class SourceMetrics:
     def lag(self, topic: str, partition: int, lag: int) -> None:
         pass
 
+    def group_committed(self, topic: str, partition: int, offset: int | None) -> None:
+        """The group's committed offset of a partition the consumer had no position in, read for
+        its lag (None: the group has none); once per assignment (laneway.kafka.lag)."""
+
     def forget_partition(self, topic: str, partition: int) -> None:
         pass
 

@@ -9,7 +9,8 @@ small cap had no lag figure at all, and the app's total under-reported exactly w
 The cost stays bounded: the committed offsets are read once per assignment (one request for
 the partitions without a position, cached until the partition is assigned again); the end
 offsets are the client's cached ones, asked of the broker only for a partition the client has
-fetched nothing from (its cache is empty)."""
+fetched nothing from (its cache is empty). The committed offsets read go to the metrics too
+(``group_committed``): ``/status`` shows them as ``committed`` until the app commits its own."""
 
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ class LagReport:
         for p in got:
             if p.error is None:
                 self._committed[(p.topic, p.partition)] = p.offset if p.offset >= 0 else OFFSET_INVALID
+                self._metrics.group_committed(p.topic, p.partition, p.offset if p.offset >= 0 else None)
 
     def _watermarks(self, tp: TP, *, need_low: bool) -> tuple[int | None, int | None]:
         """The client's cached low and high watermarks, else the broker's (nothing fetched yet;

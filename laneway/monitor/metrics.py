@@ -245,6 +245,7 @@ class PrometheusMetrics(SourceMetrics):
         self._paused_by: dict[str, int] = {}
         self._paused_lock = threading.Lock()
         self._lags: dict[tuple[str, int], int] = {}
+        self._group_committed: dict[tuple[str, int], int] = {}
         #: the top keys by records over a sliding window (fed per fetched batch)
         self.hot_keys = HotKeys()
 
@@ -311,8 +312,19 @@ class PrometheusMetrics(SourceMetrics):
         """The last lag reported per partition (end offset minus the safe commit position)."""
         return dict(self._lags)
 
+    def group_committed(self, topic: str, partition: int, offset: int | None) -> None:
+        if offset is None:
+            self._group_committed.pop((topic, partition), None)
+        else:
+            self._group_committed[(topic, partition)] = offset
+
+    def group_committed_offsets(self) -> dict[tuple[str, int], int]:
+        """The group's committed offsets read for the lag of partitions not fetched from yet."""
+        return dict(self._group_committed)
+
     def forget_partition(self, topic: str, partition: int) -> None:
         self._lags.pop((topic, partition), None)
+        self._group_committed.pop((topic, partition), None)
         with contextlib.suppress(KeyError):
             self.consumer_lag.remove(topic, str(partition))
 

@@ -152,6 +152,8 @@ class StatusBoard:
         states: list[PartitionStatus] = processor.status()
         paused = self._paused()
         lags = self._metrics.lags()
+        # before the app's own first commit of a partition: the group's, read for the lag
+        group_committed = self._metrics.group_committed_offsets()
         now_ms = self._clock() * 1000
         out = []
         for s in states:
@@ -162,7 +164,7 @@ class StatusBoard:
                 {
                     "topic": s.topic,
                     "partition": s.partition,
-                    "committed": s.committed,
+                    "committed": s.committed if s.committed is not None else group_committed.get(tp),
                     "position": s.position,
                     "lag": lags.get(tp),
                     "oldest_offset": s.oldest_offset,

@@ -57,22 +57,49 @@ def _kafka_errors() -> Iterator[None]:
         raise fail(str(exc)) from exc
 
 
-def _check_sync_access(address: str, settings: Any) -> None:
-    """Before the sync's producers start: the ACLs let the user read the changes and the group,
-    and write the snapshots and the dead letters (a denial is one line, not an idempotent
-    producer's fatal error on a background thread)."""
+def _check_access(address: str, topics: dict[str, str], group: str | None = None) -> None:
+    """The ACLs let the user do what the command does with ``topics`` (name -> ``"read"`` or
+    ``"write to"``) and use ``group``: a denial is the one line the App's start-time check gives,
+    naming the ACL it needs (not an idempotent producer's fatal error on a background thread)."""
     from laneway.kafka import admin as ka
     from laneway.kafka.access import check_group, check_operations
     from laneway.kafka.client_config import active
 
     admin, conf = ka.connect(address), active()
-    wanted = {
+    check_operations(admin, topics, conf, 10.0)
+    if group is not None:
+        check_group(admin, group, conf, 10.0)
+
+
+def _sync_access(settings: Any) -> dict[str, str]:
+    """What the sync does with its topics: read the changes, write the snapshots and the dead letters."""
+    return {
         settings.changes_topic: "read",
         settings.entities_topic: "write to",
         settings.dead_letter_topic: "write to",
     }
-    check_operations(admin, wanted, conf, 10.0)
-    check_group(admin, settings.group_id, conf, 10.0)
+
+
+def _check_then_create(
+    address: str, topics: dict[str, int], wanted: dict[str, str], group: str | None = None
+) -> list[str]:
+    """Check, then create: the group and the topics that exist (``wanted``) are checked before
+    any of the missing ``topics`` (name -> partitions) is created, so a denial leaves the
+    cluster as it was. A topic the ACLs let the user create is checked once created (Create
+    without Write, say): that denial's line says which topics this run created and leaves.
+    Returns the topics created."""
+    from laneway.catalog.producing import ensure_topics
+    from laneway.kafka.access import KafkaAccessDenied
+    from laneway.ops.cli import fail
+
+    _check_access(address, wanted, group)
+    created = ensure_topics(address, topics)
+    if created:
+        try:
+            _check_access(address, {t: doing for t, doing in wanted.items() if t in created})
+        except KafkaAccessDenied as exc:
+            raise fail(f"{exc}; this run created {', '.join(map(repr, created))}, left in place") from None
+    return created
 
 
 def _resolve(bootstrap: str | None) -> str:
@@ -126,7 +153,7 @@ def generate_cmd(
     Example: laneway catalog generate --entities 1000 --events 100000 --rate 2000
     """
     from laneway.catalog.generator import GeneratorConfig, generate
-    from laneway.catalog.producing import CatalogProduceError, ensure_topics, produce
+    from laneway.catalog.producing import CatalogProduceError, produce
     from laneway.ops.cli import fail
 
     try:
@@ -143,8 +170,8 @@ def generate_cmd(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     address = _resolve(bootstrap)
-    with _kafka_errors():  # before generating: no broker, no waiting
-        ensure_topics(address, {topic: partitions})
+    with _kafka_errors():  # before generating: no broker, no denial, no waiting
+        _check_then_create(address, {topic: partitions}, {topic: "write to"})
     records = generate(config)
     if start_time_ms is None:
         # the stream replays a metastore's changes up to now: its event times end as producing
@@ -216,7 +243,6 @@ def sync_cmd(
     Ctrl-C stops it gracefully; a second Ctrl-C exits at once (status 130): changes processed
     but not committed yet are processed again on the next run (at-least-once).
     """
-    from laneway.catalog.producing import ensure_topics
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
     from laneway.engine.policies import Timeouts
@@ -235,9 +261,9 @@ def sync_cmd(
         # the give-up comes within --timeout and a short drain; a run until Ctrl-C drains as an app does
         shutdown_timeout=min(Timeouts().shutdown, GIVE_UP_DRAIN) if until_caught_up else Timeouts().shutdown,
     )
-    with _kafka_errors():
-        ensure_topics(address, {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1})
-        _check_sync_access(address, settings)
+    with _kafka_errors():  # a denied group or topic: one line, and no topic created
+        topics = {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1}
+        _check_then_create(address, topics, _sync_access(settings), group_id)
     sync = CatalogSync(
         settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
     )

@@ -2,7 +2,8 @@
 small cap, a handler that holds its events): every assigned partition has a figure, end minus
 where the consumer starts it (its committed offset, or the low watermark without one), and
 the app's total is the group's real lag. Before, the partitions not fetched yet had none
-(``"lag": null`` in /status, no ``laneway_consumer_lag`` series): the total under-reported."""
+(``"lag": null`` in /status, no ``laneway_consumer_lag`` series): the total under-reported.
+/status shows such a partition's ``committed``: the group's offset its lag counts from."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def test_every_assigned_partition_has_a_lag_and_the_total_is_end_minus_committed
             assert app.processor is not None and app.processor.events_in_memory <= 8
             assert lags == expected
             assert sum(lags.values()) == sum(ends.values()) - sum(o or 0 for o in COMMITTED)
+            # /status: a partition not fetched from yet shows the committed offset its lag counts from
+            unfetched = [r for r in app.status.partitions() if r["position"] is None]
+            for row in unfetched:
+                p = row["partition"]
+                assert (row["committed"], row["lag"]) == (COMMITTED[p], expected[(topic, p)]), row
             for p in range(len(SIZES)):
                 labels = {"topic": topic, "partition": str(p)}
                 assert (

@@ -3,7 +3,8 @@
 * A client with no client config at the SASL_SSL listener: the broker closes the connection
   during the handshake; the line says so and names security.protocol and --client-config.
 * Every ACL denial of a command, as the reader or as the app user on a resource outside its
-  grants, begins with "access denied:" and names the resource and the missing ACL operation.
+  grants, begins with "access denied:" and names the resource, the missing ACL operation ("it
+  needs ...") and the kafka-acls command that grants it, the catalog commands' too.
 * An app whose group, or whose dead-letter topic, the ACLs deny fails its start (``App.check``)
   naming the group or topic, not at the join or at the first dead letter.
 """
@@ -158,6 +159,14 @@ DENIALS = {
         ["catalog", "generate", "--topic", "{topic}", "--entities", "5", "--events", "5", "--no-progress"],
         ["topic '{topic}'", "Write"],
     ),
+    "reader: catalog generate (create)": (
+        "reader",
+        [
+            *("catalog", "generate", "--topic", "{topic}-new"),
+            *("--entities", "5", "--events", "5", "--no-progress"),
+        ],
+        ["create topic '{topic}-new'", "Create"],
+    ),
     "reader: catalog sync (the snapshots' write)": (
         "reader",
         [
@@ -200,9 +209,35 @@ def test_every_denial_begins_access_denied_and_names_resource_and_operation(
     line = _one_line(ran.stderr)
     assert line.startswith("error: access denied: "), line
     assert f"user '{user}'" in line and "sasl.username" in line, line
+    assert "; it needs " in line and "(kafka-acls --add --allow-principal " in line, line  # what to grant
     for expected in names:
         assert expected.format(**values) in line, line
     assert "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_a_catalog_sync_denied_its_group_creates_no_topic(
+    secure_broker: SecureBroker, secure_admin: AdminClient
+) -> None:
+    """The app user may create ``app-*`` topics but not use an ``other-*`` group: the group is
+    checked before the missing topics are created (it created all three, then failed)."""
+    base, group = f"app-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    names = [f"{base}-changes", f"{base}-entities", f"{base}-dlq"]
+    before = set(secure_admin.list_topics(timeout=10).topics)
+    try:
+        ran = laneway(
+            secure_broker,
+            *("catalog", "sync", "--changes-topic", names[0], "--entities-topic", names[1]),
+            *("--dead-letter-topic", names[2], "--group-id", group, "--until-caught-up"),
+            config=secure_broker.config_path("app"),
+        )
+        assert ran.code == 2, ran
+        assert sorted(set(secure_admin.list_topics(timeout=10).topics) - before) == []
+        line = _one_line(ran.stderr)
+        assert f"group '{group}'" in line and "it needs Read on the group" in line, line
+    finally:
+        for f in secure_admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(timeout=30)
 
 
 def test_an_app_in_a_denied_group_fails_its_check(secure_broker: SecureBroker, scene: Scene) -> None:

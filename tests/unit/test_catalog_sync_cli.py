@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from laneway.catalog import producing, sync
 from laneway.engine.policies import Timeouts
+from laneway.kafka.access import KafkaAccessDenied
 from laneway.ops import catalog_cli, cli
 
 
@@ -26,7 +27,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(sync, "CatalogSync", fake_sync)
     monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: [])
-    monkeypatch.setattr(catalog_cli, "_check_sync_access", lambda *a: None)
+    monkeypatch.setattr(catalog_cli, "_check_access", lambda *a: None)
     return seen
 
 
@@ -63,3 +64,46 @@ def test_the_sync_app_gets_the_shutdown_timeout() -> None:
         built.close()
     with pytest.raises(ValueError, match="shutdown_timeout"):
         sync.SyncSettings(bootstrap_servers="127.0.0.1:1", shutdown_timeout=-1)
+
+
+def _denied(what: str) -> KafkaAccessDenied:
+    return KafkaAccessDenied("sasl.username", f"access denied: {what}", "GROUP_AUTHORIZATION_FAILED")
+
+
+def test_a_denied_group_is_found_before_any_topic_is_created(
+    built: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Any] = []
+
+    def check(address: str, topics: dict[str, str], group: str | None = None) -> None:
+        calls.append(("check", sorted(topics), group))
+        raise _denied("use group 'g'")
+
+    monkeypatch.setattr(catalog_cli, "_check_access", check)
+    monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: calls.append("create") or [])
+    result = _sync(["--group-id", "g", "--changes-topic", "c", "--entities-topic", "e"])
+    assert result.exit_code == 2 and not built, result.output
+    assert calls == [("check", ["c", "catalog.changes.dlq", "e"], "g")]
+    assert result.stderr.strip() == "error: access denied: use group 'g'"
+
+
+def test_a_created_topic_denied_once_created_is_named_left_in_place(
+    built: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Create granted, Write not: only a topic that exists can be checked, so the line says
+    which topics this run created."""
+    checks: list[dict[str, str]] = []
+
+    def check(address: str, topics: dict[str, str], group: str | None = None) -> None:
+        checks.append(topics)
+        if len(checks) == 2:
+            raise _denied("write to topic 'e'")
+
+    monkeypatch.setattr(catalog_cli, "_check_access", check)
+    monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: ["e"])
+    result = _sync(["--group-id", "g", "--changes-topic", "c", "--entities-topic", "e"])
+    assert result.exit_code == 2 and not built, result.output
+    assert checks[1] == {"e": "write to"}
+    assert result.stderr.strip() == (
+        "error: access denied: write to topic 'e'; this run created 'e', left in place"
+    )

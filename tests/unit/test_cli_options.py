@@ -41,7 +41,7 @@ def test_catalog_sync_refuses_an_unknown_log_level_before_connecting(monkeypatch
     reached: list[Any] = []
     monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: reached.append(a))
     monkeypatch.setattr(sync, "CatalogSync", lambda *a, **k: reached.append(a))
-    monkeypatch.setattr(catalog_cli, "_check_sync_access", lambda *a: reached.append(a))
+    monkeypatch.setattr(catalog_cli, "_check_access", lambda *a: reached.append(a))
     result = _invoke("catalog", "sync", "-b", "127.0.0.1:1", "--log-level", "LOUD")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [

@@ -159,6 +159,16 @@ def test_of_several_asks_the_one_on_the_denied_resource_is_named() -> None:
     assert cluster is not None and "IdempotentWrite" in str(cluster)  # no ask on the cluster: the default
 
 
+def test_an_idempotent_producers_refused_id_names_the_write_on_its_topic() -> None:
+    """Write on the topic grants the producer id (Kafka 3.0 and later): a producer that knows its
+    topic (``catalog generate``) names that grant, the line the App's start-time check gives."""
+    err = KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Broker: Cluster authorization failed")
+    found = classify(err, SETTINGS, doing=Ask("write to", "topic", "orders", "Write"))
+    assert found is not None and "do not let user 'app' write to topic 'orders'" in str(found), found
+    assert "(CLUSTER_AUTHORIZATION_FAILED; it needs Write on the topic)" in str(found), found
+    assert "--operation Write --topic orders)" in str(found), found
+
+
 #: a client without TLS or SASL at a SASL_SSL listener: librdkafka 2.x's texts
 HANDSHAKE = [
     "127.0.0.1:44295/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN (after "

@@ -8,11 +8,13 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+from confluent_kafka import OFFSET_INVALID, TopicPartition
 
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.policies import Retry
 from laneway.engine.processor import Processor
+from laneway.kafka.lag import LagReport
 from laneway.monitor.hotkeys import HotKeys, Summary
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard, quantile
@@ -173,3 +175,41 @@ def test_hot_keys_sample_batches_and_forget_after_the_window() -> None:
     assert hot.top(1)[0][1] == b"hot"
     now[0] = 30.0  # a whole window idle: gone
     assert hot.top(1) == []
+
+
+class _Unfetched:
+    """A consumer that has fetched nothing: no position, the group's commits, the ends."""
+
+    def __init__(self, committed: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> None:
+        self.committed_offsets, self.ends = committed, ends
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in tps]
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        got = self.committed_offsets
+        return [TopicPartition(t.topic, t.partition, got.get((t.topic, t.partition), -1001)) for t in tps]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, self.ends[(tp.topic, tp.partition)]
+
+
+def test_a_partition_not_fetched_yet_shows_the_committed_offset_its_lag_counts_from(
+    gate: threading.Event,
+) -> None:
+    """Seen: ``"committed": null, "position": null, "lag": 400`` for a partition held back by a
+    small cap, whose group had committed 100. ``committed`` is the group's offset the lag counts
+    from; ``position`` stays null (the app holds none there yet), and so does a partition the
+    group never committed."""
+    proc, board, metrics = _setup(gate)
+    consumer = _Unfetched({("t", 0): 100}, {("t", 0): 500, ("t", 1): 300})
+    report = LagReport(consumer, metrics, "earliest")  # type: ignore[arg-type]
+    try:
+        assert report.report([("t", 0), ("t", 1)], {}) == {("t", 0): 400, ("t", 1): 300}
+        rows = {p["partition"]: p for p in board.partitions()}
+        assert (rows[0]["committed"], rows[0]["position"], rows[0]["lag"]) == (100, None, 400)
+        assert (rows[1]["committed"], rows[1]["position"], rows[1]["lag"]) == (None, None, 300)
+        metrics.forget_partition("t", 0)  # revoked: its commit is read again when assigned again
+        assert metrics.group_committed_offsets() == {}
+    finally:
+        proc.close()

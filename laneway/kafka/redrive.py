@@ -272,7 +272,24 @@ def _choose(
     return chosen, tuple(skipped), tuple(repeats)
 
 
-def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> None:
+def _since(
+    chosen: list[DeadLetter],
+    skipped: tuple[tuple[DeadLetter, LedgerEntry], ...],
+    first: dict[str, LedgerEntry],
+    fresh: dict[str, LedgerEntry],
+) -> tuple[list[DeadLetter], tuple[tuple[DeadLetter, LedgerEntry], ...]]:
+    """``chosen`` without the letters the ledger names now (``fresh``) but did not when they were
+    chosen (``first``): another redrive of the topic moved them meanwhile. They join
+    ``skipped``."""
+    late = [(x, fresh[x.ledger_key]) for x in chosen if x.ledger_key in fresh and x.ledger_key not in first]
+    if not late:
+        return chosen, skipped
+    gone = {x.ledger_key for x, _ in late}
+    return [x for x in chosen if x.ledger_key not in gone], (*skipped, *late)
+
+
+def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> bool:
+    """Create the topic's ledger unless it exists; True when this call created it."""
     name = ledger_topic(dlq_topic)
     replication = describe_topic(admin, dlq_topic).replication
     futures = admin.create_topics(
@@ -288,6 +305,8 @@ def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
             raise RedriveError(f"cannot create the redrive ledger {name!r}: {exc.args[0].str()}") from exc
+        return False
+    return True
 
 
 def redrive(
@@ -335,7 +354,7 @@ def redrive(
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, _planned_partition(x, target, partitions)))
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
-    _ensure_ledger(admin, dlq_topic)
+    created = _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
     # record: no batch over the smallest target's limit (librdkafka's batch.size counts the records
@@ -348,6 +367,12 @@ def redrive(
         extra={"logger": client_logger, "batch.size": min(1_000_000, *limits.values())},
     )
     with producer:
+        if not force and not created:
+            # the producer's start fenced any redrive of this topic still running: it commits
+            # nothing more, and what it committed is in the ledger now. Read after the fence,
+            # so two redrives started together never both move a letter (a ledger this run
+            # created had no other run's entries before the fence)
+            chosen, skipped = _since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
         for start in range(0, len(chosen), batch_size):
             batch = chosen[start : start + batch_size]
             with producer.transaction() as txn:

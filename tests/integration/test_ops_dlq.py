@@ -302,3 +302,68 @@ def test_a_record_dead_lettered_twice_is_redriven_once(
         for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
             with contextlib.suppress(Exception):
                 f.result(30)
+
+
+def test_two_redrives_of_a_topic_started_together_move_each_record_once(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second redrive chose its letters from the ledger as it stood, then its producer fenced
+    the first, which had committed more batches meanwhile: those were sent twice. It reads the
+    ledger again after the fence. Here the first run commits a batch between the second's
+    ledger read and its fence."""
+    import threading
+
+    from laneway.kafka import redrive as rd
+
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    n = 300
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for i in range(n):
+            value, headers = dead_letter(orders, 1000 + i, f"c{i}", ValueError("bad amount"))
+            producer.send(dlq, value, key=f"c{i}", headers=headers)
+    paused, go_on, second = threading.Event(), threading.Event(), threading.Event()
+    batches: list[int] = []
+
+    def first_progress(done: int, total: int) -> None:
+        batches.append(done)
+        if len(batches) == 1:
+            paused.set()
+            assert go_on.wait(60)
+        elif len(batches) == 2:
+            second.set()
+
+    failed: list[BaseException] = []
+
+    def first_run() -> None:
+        try:
+            rd.redrive(kafka_bootstrap, dlq, batch_size=20, progress=first_progress)
+        except BaseException as exc:  # fenced by the second run, as it should be
+            failed.append(exc)
+        finally:
+            second.set()
+
+    real = rd.TransactionalProducer
+    main = threading.current_thread()
+
+    def fencing(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is main:  # the second run: its ledger is read already
+            go_on.set()
+            assert second.wait(60)  # the first run commits another batch
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rd, "TransactionalProducer", fencing)
+    try:
+        thread = threading.Thread(target=first_run)
+        thread.start()
+        assert paused.wait(60)
+        report = rd.redrive(kafka_bootstrap, dlq, batch_size=20)
+        thread.join(60)
+        sent = read_records(kafka_bootstrap, orders, 2 * n, timeout=5, isolation="read_committed")
+        keys = [m.key() or b"" for m in sent]
+        assert len(keys) == n and len(set(keys)) == n, (len(keys), len(set(keys)), batches, failed)
+        assert len(report.moved) + sum(1 for _ in report.skipped) == n
+        assert sorted(read_ledger(kafka_bootstrap, dlq)) == sorted(f"{dlq}/0/{i}" for i in range(n))
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)

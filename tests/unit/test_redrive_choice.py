@@ -49,3 +49,17 @@ def test_the_same_position_with_another_key_is_another_record() -> None:
     other = dr.DeadLetter("orders.dlq", 0, 1, b"other", b"{}", None, (), dict(first.info))
     assert dr.repeated_letters([first, other]) == {}
     assert _choose([first, other], {}, {}, force=False, limit=None)[0] == [first, other]
+
+
+def test_letters_another_redrive_moved_since_they_were_chosen_are_skipped() -> None:
+    from laneway.kafka.redrive import _since
+
+    a, b, c = _letter(0, 0, 40), _letter(0, 1, 41), _letter(0, 2, 42)
+    old = dr.LedgerEntry(a.ledger_key, "r0", "orders", 1, 7, "2026-11-20T10:00:00")
+    late = dr.LedgerEntry(b.ledger_key, "r1", "orders", 1, 99, "2026-11-20T10:00:01")
+    # chosen when the ledger named only a (skipped then); by the fence, another run moved b
+    chosen, skipped = _since(
+        [b, c], ((a, old),), {a.ledger_key: old}, {a.ledger_key: old, b.ledger_key: late}
+    )
+    assert _at(chosen) == [(0, 2)] and skipped == ((a, old), (b, late))
+    assert _since([b, c], (), {}, {}) == ([b, c], ())

@@ -172,6 +172,13 @@ def plan_reset(
         check_new_group(admin, group, new_group)
     if topics:
         tps = [(t, p.id) for t in topics for p in topic_partitions(admin, t)]
+        # a topic the group does not read would get offsets it never asked for (a lag that is
+        # no one's); a group with no offsets at all may be given any (offsets set ahead of it)
+        reads = {t for t, _ in set(gs.committed) | set(gs.assigned)}
+        if reads and (stray := [t for t in topics if t not in reads]):
+            raise InvalidInputError(
+                f"group {group!r} does not read {', '.join(stray)}: it reads {', '.join(sorted(reads))}"
+            )
     else:
         require_group(gs)
         tps = sorted(set(gs.committed) | set(gs.assigned))

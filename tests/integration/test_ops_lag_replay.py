@@ -191,3 +191,17 @@ def test_replay_new_group_refuses_a_group_that_exists(
         assert f"laneway replay {stopped} ... (without --new-group)" in error, error
     assert committed(kafka_admin, stopped) == {0: 1, 1: 2}
     assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
+def test_replay_refuses_a_topic_the_group_does_not_read(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str, make_topic: TopicFactory
+) -> None:
+    """``--topic`` limits a replay to some of the group's topics: another topic would get offsets
+    for a group that never reads it (a review saw 80,000 records of lag no one had)."""
+    other = make_topic(partitions=2, prefix="other")
+    for dry in ([], ["--dry-run"]):
+        error = one_line_error(
+            invoke(kafka_bootstrap, "replay", group_id, "--to-earliest", "--topic", other, *dry)
+        )
+        assert f"does not read {other}: it reads {consumed}" in error
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}

@@ -272,6 +272,40 @@ def replica(exactly_once: ExactlyOnce | None, consumer: int) -> ExactlyOnce | No
     return replace(exactly_once, transactional_id=f"{exactly_once.transactional_id}-{consumer}")
 
 
+def _refuse_both(
+    deprecated: dict[str, Any],
+    timeouts: Timeouts | None,
+    metrics_server: MetricsServer | None,
+    exactly_once: ExactlyOnce | bool | None,
+) -> None:
+    """A deprecated keyword beside the object that replaces it is refused: one of the two would
+    silently win. So is ``transactional_id`` without exactly-once, which it would not turn on."""
+    pairs = (
+        (
+            "timeouts",
+            timeouts,
+            ("commit_interval", "shutdown_timeout", "revoke_timeout", "stall_timeout", "startup_timeout"),
+        ),
+        ("metrics_server", metrics_server, ("metrics_port", "metrics_host")),
+        (
+            "exactly_once",
+            exactly_once if isinstance(exactly_once, ExactlyOnce) else None,
+            ("transactional_id",),
+        ),
+    )
+    for field, given, keys in pairs:
+        both = [k for k in keys if k in deprecated]
+        if given is not None and both:
+            raise ConfigError(
+                field, f"given with the deprecated {', '.join(both)}: give one of the two, not both"
+            )
+    if deprecated.get("transactional_id") is not None and not exactly_once:
+        raise ConfigError(
+            "transactional_id",
+            "does not turn exactly-once on: use exactly_once=ExactlyOnce(transactional_id=...)",
+        )
+
+
 def upgrade_keywords(
     deprecated: dict[str, Any],
     timeouts: Timeouts | None,
@@ -284,6 +318,7 @@ def upgrade_keywords(
         if key not in DEPRECATED_KEYWORDS:
             raise TypeError(f"App.__init__() got an unexpected keyword argument '{key}'")
     old = sorted(deprecated) + (["exactly_once"] if isinstance(exactly_once, bool) else [])
+    _refuse_both(deprecated, timeouts, metrics_server, exactly_once)
     if isinstance(exactly_once, bool):
         exactly_once = ExactlyOnce() if exactly_once else None
     if not old:

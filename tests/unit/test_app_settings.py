@@ -6,6 +6,7 @@ import gc
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -361,3 +362,20 @@ def test_app_options_of_the_wrong_type_are_refused_naming_them(option: str, valu
 def test_app_options_of_the_right_type_pass() -> None:
     s = App("a", bootstrap_servers="127.0.0.1:9092", concurrency=10, consumers=2, gc_tuning=False).settings
     assert (s.concurrency, s.consumers, s.gc_tuning) == (10, 2, False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"timeouts": Timeouts(commit_interval=0.5), "commit_interval": 5}, "timeouts"),
+        ({"metrics_server": MetricsServer(port=9200), "metrics_port": 9100}, "metrics_server"),
+        ({"exactly_once": ExactlyOnce(transactional_id="a"), "transactional_id": "b"}, "exactly_once"),
+        ({"transactional_id": "tx"}, "transactional_id"),
+    ],
+)
+def test_an_old_keyword_beside_its_new_object_is_refused(kwargs: dict[str, Any], field: str) -> None:
+    """Either would have silently won (the old keyword did); ``transactional_id`` alone turned
+    nothing on."""
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:9092", **kwargs)
+    assert info.value.field == field

@@ -91,7 +91,10 @@ def dlq_show(
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
     with common.progress_bar(f"reading {topic}") as progress:
-        letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit, progress=progress)
+        # one more than shown: the title says "more" only when there is more
+        letters = dr.read_dead_letters(address, topic, filters=parsed, limit=limit + 1, progress=progress)
+    more = len(letters) > limit
+    letters = letters[:limit]
     ledger = dr.read_ledger(address, topic)
     # a letter of a record an earlier letter has: a redrive moves that one (ordered before it: shown too)
     repeated = dr.repeated_letters(letters)
@@ -129,7 +132,7 @@ def dlq_show(
         "last failure",
         "redriven",
         title=f"{len(letters)} dead letter(s) in {topic}"
-        + (" (limit reached)" if len(letters) >= limit else ""),
+        + (f" (more not shown: --limit {limit})" if more else ""),
     )
     for x in letters:
         entry = redriven_by(x)

@@ -98,3 +98,17 @@ def test_read_dead_letters_refuses_a_limit_under_one(monkeypatch: pytest.MonkeyP
 def test_redrive_refuses_a_negative_limit_before_connecting() -> None:
     with pytest.raises(InvalidInputError, match="limit must be 1 or more, not -1"):
         rd.redrive("127.0.0.1:1", "orders.dlq", limit=-1)
+
+
+@pytest.mark.parametrize(("present", "more"), [(2, False), (3, True)])
+def test_show_says_more_only_when_more_letters_match(
+    monkeypatch: pytest.MonkeyPatch, present: int, more: bool
+) -> None:
+    """ "(limit reached)" came whenever the count equalled --limit, also when that was all."""
+    monkeypatch.setattr(cli_common, "connect", lambda bootstrap: ("127.0.0.1:9092", object()))
+    monkeypatch.setattr(dr, "_read_topic", lambda *a, **k: iter([_Msg(i) for i in range(present)]))
+    monkeypatch.setattr(dr, "read_ledger", lambda bootstrap, topic: {})
+    result = _run("dlq", "show", "orders.dlq", "--limit", "2")
+    assert result.exit_code == 0, result.output
+    assert "2 dead letter(s) in orders.dlq" in result.output
+    assert ("more not shown: --limit 2" in result.output) is more

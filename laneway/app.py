@@ -14,7 +14,9 @@ app.run()          # until SIGINT/SIGTERM; or: laneway run mymodule:app
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -289,8 +291,9 @@ class App:
                 status=self.status.document,
             )
         except OSError as exc:
+            host = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL  # not a port's fault
             raise ConfigError(
-                "metrics_server.port",
+                "metrics_server.host" if host else "metrics_server.port",
                 f"cannot serve on {wanted.host}:{wanted.port}: {exc.strerror or exc}",
             ) from None
 

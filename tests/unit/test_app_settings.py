@@ -379,3 +379,21 @@ def test_an_old_keyword_beside_its_new_object_is_refused(kwargs: dict[str, Any],
     with pytest.raises(ConfigError) as info:
         App("a", bootstrap_servers="127.0.0.1:9092", **kwargs)
     assert info.value.field == field
+
+
+def test_a_metrics_host_that_cannot_be_served_names_the_host() -> None:
+    """A review saw ``metrics_server.port: cannot serve on not a host:0`` (the port was fine)."""
+    app = App("a", bootstrap_servers="127.0.0.1:1", metrics_server=MetricsServer(host="not a host", port=0))
+    with pytest.raises(ConfigError) as info:
+        app._bind_server()
+    assert info.value.field == "metrics_server.host"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = App(
+            "a", bootstrap_servers="127.0.0.1:1", metrics_server=MetricsServer(host="127.0.0.1", port=port)
+        )
+        with pytest.raises(ConfigError) as info:
+            busy._bind_server()
+        assert info.value.field == "metrics_server.port"

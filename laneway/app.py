@@ -101,7 +101,7 @@ class App:
         if not isinstance(tracing, bool):
             _require("tracing", tracing, Tracing)
         timeouts, metrics_server, exactly_once = upgrade_keywords(
-            deprecated, timeouts, metrics_server, exactly_once
+            deprecated, timeouts, metrics_server, exactly_once, kafka_config, producer_config
         )
         # a properties file (Kafka's --command-config format): the base kafka_config overrides
         from_file = load_client_config(client_config) if client_config is not None else {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
@@ -272,6 +273,14 @@ def replica(exactly_once: ExactlyOnce | None, consumer: int) -> ExactlyOnce | No
     return replace(exactly_once, transactional_id=f"{exactly_once.transactional_id}-{consumer}")
 
 
+def check_dicts(**given: object) -> None:
+    """Each of ``given`` (``kafka_config=...``) is None or a mapping; else a :class:`ConfigError`
+    naming it (not a ``TypeError`` from merging it with the client-config file's)."""
+    for field, value in given.items():
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(field, f"must be a dict of librdkafka settings, got a {type(value).__name__}")
+
+
 def _refuse_both(
     deprecated: dict[str, Any],
     timeouts: Timeouts | None,
@@ -311,9 +320,14 @@ def upgrade_keywords(
     timeouts: Timeouts | None,
     metrics_server: MetricsServer | None,
     exactly_once: ExactlyOnce | bool | None,
+    kafka_config: object = None,
+    producer_config: object = None,
 ) -> tuple[Timeouts | None, MetricsServer | None, ExactlyOnce | None]:
     """The policy objects with the deprecated keywords (:data:`DEPRECATED_KEYWORDS`) folded in,
-    after one :class:`DeprecationWarning` naming them; an unknown keyword is a ``TypeError``."""
+    after one :class:`DeprecationWarning` naming them; an unknown keyword is a ``TypeError``.
+    ``kafka_config`` and ``producer_config`` are checked to be dicts first (:func:`check_dicts`):
+    the App merges them before its settings are validated."""
+    check_dicts(kafka_config=kafka_config, producer_config=producer_config)
     for key in deprecated:
         if key not in DEPRECATED_KEYWORDS:
             raise TypeError(f"App.__init__() got an unexpected keyword argument '{key}'")

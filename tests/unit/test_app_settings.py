@@ -397,3 +397,11 @@ def test_a_metrics_host_that_cannot_be_served_names_the_host() -> None:
         with pytest.raises(ConfigError) as info:
             busy._bind_server()
         assert info.value.field == "metrics_server.port"
+
+
+@pytest.mark.parametrize("field", ["kafka_config", "producer_config"])
+def test_a_client_config_that_is_not_a_dict_is_a_config_error_naming_it(field: str) -> None:
+    """``kafka_config=[("a", "b")]`` was a bare ``TypeError: 'list' object is not a mapping``."""
+    with pytest.raises(ConfigError) as info:
+        App("a", bootstrap_servers="127.0.0.1:1", **{field: [("acks", "all")]})
+    assert info.value.field == field and "got a list" in str(info.value)

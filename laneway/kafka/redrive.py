@@ -66,7 +66,7 @@ from laneway.kafka.dlq_reader import (
     tool_consumer,
 )
 from laneway.kafka.producer import TOO_LARGE, ProduceError
-from laneway.kafka.transactions import TransactionalProducer
+from laneway.kafka.transactions import TransactionalProducer, TransactionError
 
 __all__ = ["Moved", "RedriveError", "RedriveReport", "redrive"]
 
@@ -188,9 +188,24 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
+def _is_fenced(kerr: confluent_kafka.KafkaError) -> bool:
+    code = confluent_kafka.KafkaError
+    return kerr.code() in (code._FENCED, code.PRODUCER_FENCED, code.INVALID_PRODUCER_EPOCH) or kerr.fatal()
+
+
+def _fenced(dlq_topic: str, kerr: confluent_kafka.KafkaError, *, recorded: int) -> RedriveError:
+    """The error of a redrive another redrive of the topic fenced (its producer took the id)."""
+    return RedriveError(
+        f"another redrive of {dlq_topic} started and fenced this one ({kerr.str()}): {recorded} "
+        "letter(s) were sent and recorded, the last batch was not; the other run skips what was recorded"
+    )
+
+
 def _refused(letter: DeadLetter, error: ProduceError, *, in_batch: int, recorded: int) -> RedriveError:
     """The error for a letter its target refused: which one, why, and what was and was not sent."""
     kerr = error.kafka_error
+    if kerr is not None and _is_fenced(kerr):
+        return _fenced(letter.topic, kerr, recorded=recorded)
     why = (
         f"the record, with the redrive's header ({h.REDRIVE_ID}, ~45 bytes), is over "
         f"{error.topic}'s max.message.bytes"
@@ -373,42 +388,47 @@ def redrive(
             # so two redrives started together never both move a letter (a ledger this run
             # created had no other run's entries before the fence)
             chosen, skipped = _since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
-        for start in range(0, len(chosen), batch_size):
-            batch = chosen[start : start + batch_size]
-            with producer.transaction() as txn:
-                futures = []
-                for letter in batch:
-                    kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
-                    target = to or letter.original_topic or ""
-                    futures.append(
-                        txn.send(
-                            target,
-                            letter.value,
-                            key=letter.key,
-                            headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
-                            partition=_planned_partition(letter, target, partitions),
+        try:
+            for start in range(0, len(chosen), batch_size):
+                batch = chosen[start : start + batch_size]
+                with producer.transaction() as txn:
+                    futures = []
+                    for letter in batch:
+                        kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
+                        target = to or letter.original_topic or ""
+                        futures.append(
+                            txn.send(
+                                target,
+                                letter.value,
+                                key=letter.key,
+                                headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
+                                partition=_planned_partition(letter, target, partitions),
+                            )
                         )
-                    )
-                if producer.flush(60):
-                    raise RedriveError("the re-sent records were not acknowledged in time")
-                now = datetime.now(UTC).isoformat()
-                for letter, fut in zip(batch, futures, strict=True):
-                    try:
-                        meta = fut.result(0)
-                    except ProduceError as exc:  # the transaction is aborted on the way out
-                        raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
-                    entry = {
-                        "redrive_id": redrive_id,
-                        "target_topic": meta.topic,
-                        "target_partition": meta.partition,
-                        "target_offset": meta.offset,
-                        "at": now,
-                    }
-                    txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
-                    moved.append(
-                        Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
-                    )
-            if progress is not None:
-                progress(len(moved), len(chosen))
+                    if producer.flush(60):
+                        raise RedriveError("the re-sent records were not acknowledged in time")
+                    now = datetime.now(UTC).isoformat()
+                    for letter, fut in zip(batch, futures, strict=True):
+                        try:
+                            meta = fut.result(0)
+                        except ProduceError as exc:  # the transaction is aborted on the way out
+                            raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
+                        entry = {
+                            "redrive_id": redrive_id,
+                            "target_topic": meta.topic,
+                            "target_partition": meta.partition,
+                            "target_offset": meta.offset,
+                            "at": now,
+                        }
+                        txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
+                        moved.append(
+                            Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
+                        )
+                if progress is not None:
+                    progress(len(moved), len(chosen))
+        except TransactionError as exc:  # a commit refused: another redrive's producer fenced this one
+            if exc.kafka_error is not None and _is_fenced(exc.kafka_error):
+                raise _fenced(dlq_topic, exc.kafka_error, recorded=len(moved)) from None
+            raise
     logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
     return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped, repeats)

@@ -363,6 +363,7 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
         assert len(keys) == n and len(set(keys)) == n, (len(keys), len(set(keys)), batches, failed)
         assert len(report.moved) + sum(1 for _ in report.skipped) == n
         assert sorted(read_ledger(kafka_bootstrap, dlq)) == sorted(f"{dlq}/0/{i}" for i in range(n))
+        assert len(failed) == 1, failed  # the first run stopped at the fence
     finally:
         for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
             with contextlib.suppress(Exception):

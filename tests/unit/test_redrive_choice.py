@@ -63,3 +63,24 @@ def test_letters_another_redrive_moved_since_they_were_chosen_are_skipped() -> N
     )
     assert _at(chosen) == [(0, 2)] and skipped == ((a, old), (b, late))
     assert _since([b, c], (), {}, {}) == ([b, c], ())
+
+
+def test_a_redrive_fenced_by_another_says_so() -> None:
+    """A fenced run said its target 'refused' a letter and to fix a size."""
+    import confluent_kafka
+
+    from laneway.kafka.producer import ProduceError
+    from laneway.kafka.redrive import _refused
+
+    letter = _letter(0, 5, 45)
+    fenced = ProduceError(
+        "fenced", topic="orders", kafka_error=confluent_kafka.KafkaError(confluent_kafka.KafkaError._FENCED)
+    )
+    text = str(_refused(letter, fenced, in_batch=20, recorded=40))
+    assert "another redrive of orders.dlq started and fenced this one" in text and "40 letter(s)" in text
+    other = ProduceError(
+        "nope",
+        topic="orders",
+        kafka_error=confluent_kafka.KafkaError(confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED),
+    )
+    assert "refused dead letter" in str(_refused(letter, other, in_batch=20, recorded=40))

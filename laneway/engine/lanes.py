@@ -299,10 +299,7 @@ class LaneTable:
                     self.events_in_memory -= 1
                     self.bytes_in_memory -= ev.size
                 else:
-                    if lane.id is not None and self.lanes.get(lane.id) is lane:
-                        del self.lanes[lane.id]
-                    if self.waiters:
-                        self.changed.notify_all()
+                    self._emptied(lane)
             if 0 <= self.events_in_memory <= self.room_at:
                 self.room.notify_all()
         return heads
@@ -323,15 +320,20 @@ class LaneTable:
                 lane.popleft()
                 self.events_in_memory -= 1
                 self.bytes_in_memory -= ev.size
-            if lane.id is not None and self.lanes.get(lane.id) is lane:
-                del self.lanes[lane.id]
-            if self.waiters:
-                self.changed.notify_all()
+            self._emptied(lane)
             if 0 <= self.events_in_memory <= self.room_at:
                 self.room.notify_all()
             return None
         finally:
             lock.release()
+
+    def _emptied(self, lane: Lane) -> None:
+        """A lane whose events were all of revoked partitions, dropped by a take (the lock is
+        held): forget it, and wake the waiters on :attr:`changed`."""
+        if lane.id is not None and self.lanes.get(lane.id) is lane:
+            del self.lanes[lane.id]
+        if self.waiters:
+            self.changed.notify_all()
 
     def _conflate(self, lane: Lane) -> None:
         """Mark done every event of ``lane`` but its newest (the lock is held, the lane is not

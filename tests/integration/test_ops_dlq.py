@@ -321,7 +321,7 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
         for i in range(n):
             value, headers = dead_letter(orders, 1000 + i, f"c{i}", ValueError("bad amount"))
             producer.send(dlq, value, key=f"c{i}", headers=headers)
-    paused, go_on, second = threading.Event(), threading.Event(), threading.Event()
+    paused, go_on, second, fenced = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     batches: list[int] = []
 
     def first_progress(done: int, total: int) -> None:
@@ -331,6 +331,7 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
             assert go_on.wait(60)
         elif len(batches) == 2:
             second.set()
+            assert fenced.wait(60)  # its next batch meets the fence (not all done before it)
 
     failed: list[BaseException] = []
 
@@ -341,6 +342,7 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
             failed.append(exc)
         finally:
             second.set()
+            fenced.set()
 
     real = rd.TransactionalProducer
     main = threading.current_thread()
@@ -349,6 +351,10 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
         if threading.current_thread() is main:  # the second run: its ledger is read already
             go_on.set()
             assert second.wait(60)  # the first run commits another batch
+            try:
+                return real(*args, **kwargs)
+            finally:
+                fenced.set()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rd, "TransactionalProducer", fencing)

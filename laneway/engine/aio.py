@@ -212,7 +212,9 @@ class AsyncPool:
             if limit is not None and limit.expired():
                 self._engine.metrics.stuck(ev.topic)
                 exc.args = (f"handler timed out after {spec.timeout}s",)  # asyncio's is bare
-                logger.warning("handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev)
+                self._engine.timeouts_log.warning(
+                    ev.topic, "handler for %s timed out after %ss on %r", ev.topic, spec.timeout, ev
+                )
             return exc
         except BaseException as exc:
             return exc

@@ -20,6 +20,7 @@ from laneway.engine.lanes import Failed, Head, Lane, LaneTable
 from laneway.engine.metrics import Metrics
 from laneway.engine.monitor import Monitor, take_all
 from laneway.engine.partitions import PartitionState
+from laneway.engine.sampled import Sampled
 
 __all__ = ["ChunkRun", "Engine", "Failed", "keep_committing"]
 
@@ -32,6 +33,8 @@ class Engine(Protocol):
     metrics: Metrics
     fatal: BaseException | None
     closed: bool
+    #: the handler timeouts' warnings, sampled per topic
+    timeouts_log: Sampled
 
     def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
 

@@ -24,7 +24,7 @@ from laneway.engine.partitions import PartitionState
 from laneway.engine.sampled import Sampled
 from laneway.errors import DeadLetterError, HandlerFailed
 
-__all__ = ["RETRY_GROUP", "FailurePaths", "letters_log"]
+__all__ = ["RETRY_GROUP", "FailurePaths", "letters_log", "timeouts_log"]
 
 #: retries due within this many seconds of each other park together (:meth:`FailurePaths._retry`)
 RETRY_GROUP = 0.001
@@ -40,6 +40,21 @@ def letters_log(schedule: Callable[[float, Callable[[], None]], None], clock: Ca
         logger,
         "dead-lettered %d more record(s) to %s in the last %.0fs, not logged one by one "
         "(laneway_dead_letters_total counts every one)",
+        clock=clock,
+        schedule=schedule,
+    )
+
+
+def timeouts_log(
+    schedule: Callable[[float, Callable[[], None]], None], clock: Callable[[], float]
+) -> Sampled:
+    """The log of handler timeouts (an attempt past its ``timeout``): as :func:`letters_log`, a
+    line each up to a few per topic every few seconds, then a count (a slow dependency can time
+    out every call of a topic)."""
+    return Sampled(
+        logger,
+        "%d more handler timeout(s) on %s in the last %.0fs, not logged one by one "
+        "(laneway_stuck_handlers_total counts every one)",
         clock=clock,
         schedule=schedule,
     )

@@ -91,7 +91,8 @@ class Monitor:
                 if not reported and now - t0 > timeout:
                     watch[3] = True
                     engine.metrics.stuck(ev.topic)
-                    logger.warning(
+                    engine.timeouts_log.warning(
+                        ev.topic,
                         "handler for %s has run %.1fs on %r, past its %.2fs timeout (still running)",
                         ev.topic,
                         now - t0,

@@ -31,7 +31,7 @@ from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_direct
 from laneway.engine.dispatch import Dispatching
 from laneway.engine.events import Event, Output, TopicPartition
-from laneway.engine.failures import letters_log
+from laneway.engine.failures import letters_log, timeouts_log
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import LaneTable
@@ -92,6 +92,7 @@ class Processor(Dispatching):
         self._owner_locks: dict[int, threading.Lock] = {}
         self._timer = Timer(clock)
         self._letters_log = letters_log(self._timer.schedule, clock)
+        self.timeouts_log = timeouts_log(self._timer.schedule, clock)
         self._parked = 0
         self._submitted_at = 0.0  # time.monotonic() at the last submit (see to_submitter)
         self._idle = False  # the submitter waits for records (see idle)
@@ -407,3 +408,4 @@ class Processor(Dispatching):
             self._apool.close(deadline)
         self._monitor.stop(min(deadline, time.monotonic() + 1.0))
         self._letters_log.flush()
+        self.timeouts_log.flush()

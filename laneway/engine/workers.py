@@ -12,7 +12,6 @@ Threads: a :class:`ThreadPool`'s workers start on demand (``grow``). The
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -24,8 +23,6 @@ from laneway.engine.monitor import Monitor
 from laneway.engine.outcomes import check_result, deserialize
 
 __all__ = ["ThreadPool"]
-
-logger = logging.getLogger("laneway.engine.processor")
 
 
 class ThreadPool:
@@ -150,8 +147,13 @@ class ThreadPool:
         _, ev, timeout, reported = watch
         if not reported and elapsed > timeout:
             self._engine.metrics.stuck(ev.topic)
-            logger.warning(
-                "handler for %s ran %.2fs on %r, past its %.2fs timeout", ev.topic, elapsed, ev, timeout
+            self._engine.timeouts_log.warning(
+                ev.topic,
+                "handler for %s ran %.2fs on %r, past its %.2fs timeout",
+                ev.topic,
+                elapsed,
+                ev,
+                timeout,
             )
 
     def close(self, deadline: float) -> None:

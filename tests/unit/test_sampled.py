@@ -86,3 +86,39 @@ def test_a_count_already_logged_by_a_later_line_is_not_logged_again(caplog: pyte
         log.warning("a.dlq", "letter 2")  # the count, then this line
         due.pop()[1]()  # the timer fires late: nothing more
         assert [r.getMessage() for r in caplog.records] == ["letter 0", "1 more to a.dlq in 10s", "letter 2"]
+
+
+def test_async_handler_timeouts_log_a_burst_then_a_count(caplog: pytest.LogCaptureFixture) -> None:
+    """Each timed-out attempt of an ``async def`` handler logged its own WARNING: a slow
+    dependency made the log the bottleneck. The first few per topic, then one count."""
+    import asyncio
+
+    from laneway import Retry
+    from laneway.engine.events import Event
+    from laneway.engine.handlers import HandlerSpec
+    from laneway.engine.processor import Processor
+    from laneway.engine.sampled import BURST
+
+    class Sink:
+        def send(
+            self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: Callable[..., None]
+        ) -> None:
+            on_done(None)
+
+    async def handle(ev: Event) -> None:
+        await asyncio.sleep(10)
+
+    n = 3 * BURST
+    spec = HandlerSpec(topic="t", fn=handle, timeout=0.02, retry=Retry(max_attempts=1))
+    proc = Processor({"t": spec}, concurrency=n, dead_letters=Sink())
+    proc.assign([("t", 0)])
+    try:
+        with caplog.at_level(logging.WARNING, "laneway.engine.processor"):
+            proc.submit([Event("t", 0, i, b"k%d" % i, b"x") for i in range(n)])
+            assert proc.drain(20)
+    finally:
+        proc.close()  # flushes the count of the lines left out
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum(line.startswith("handler for t timed out after 0.02s") for line in lines) == BURST
+    [count] = [line for line in lines if "more handler timeout(s) on t" in line]
+    assert count.startswith(f"{n - BURST} more")

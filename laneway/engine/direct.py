@@ -218,6 +218,7 @@ def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: 
     table.events_in_memory -= done
     table.bytes_in_memory -= size
     if 0 <= table.events_in_memory <= table.room_at:
+        table.room_at = -1
         table.room.notify_all()
 
 
@@ -267,5 +268,6 @@ def _lane_rest(
         table.events_in_memory -= finished
         table.bytes_in_memory -= size
         if 0 <= table.events_in_memory <= table.room_at:
+            table.room_at = -1
             table.room.notify_all()
     return more, failed

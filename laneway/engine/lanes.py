@@ -256,6 +256,7 @@ class LaneTable:
         if self.waiters:
             self.changed.notify_all()
         if 0 <= self.events_in_memory <= self.room_at:
+            self.room_at = -1  # once: a waiter that finds too little room arms it again
             self.room.notify_all()
 
     def finish_locked(self, done: list[Head]) -> list[Lane]:
@@ -301,6 +302,7 @@ class LaneTable:
                 else:
                     self._emptied(lane)
             if 0 <= self.events_in_memory <= self.room_at:
+                self.room_at = -1
                 self.room.notify_all()
         return heads
 
@@ -322,6 +324,7 @@ class LaneTable:
                 self.bytes_in_memory -= ev.size
             self._emptied(lane)
             if 0 <= self.events_in_memory <= self.room_at:
+                self.room_at = -1
                 self.room.notify_all()
             return None
         finally:
@@ -401,12 +404,15 @@ class LaneTable:
         deadline = time.monotonic() + timeout
         with self.lock:
             self.room_waiters += 1
-            self.room_at = max_events  # consumers share one Backpressure: the same bound
             try:
                 while self.events_in_memory > max_events or self.bytes_in_memory > max_bytes:
                     left = deadline - time.monotonic()
                     if left <= 0 or stop():
                         return False
+                    # armed before each wait: the first finish that makes room disarms it as it
+                    # wakes the waiters, so the finishes after it skip the condition's notify
+                    # (consumers share one Backpressure: the same bound)
+                    self.room_at = max_events
                     self.room.wait(left)
             finally:
                 self.room_waiters -= 1

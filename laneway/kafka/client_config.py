@@ -37,7 +37,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
@@ -407,8 +407,7 @@ def _refused(settings: Mapping[str, str]) -> tuple[str, str] | None:
         try:
             Producer({k: v for k, v in conf.items() if k != "bootstrap.servers"}, logger=quiet)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            text = err.str() if isinstance(err, KafkaError) else str(err)
+            text = secrets.refusal_text(exc)
             return None if text.startswith("Failed to create") else text.strip()
         return None
 

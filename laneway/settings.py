@@ -158,6 +158,8 @@ class Tracing:
     max_key_length: int = 64
 
     def __post_init__(self) -> None:
+        if (why := _not_a_tracer_provider(self.tracer_provider)) is not None:
+            raise ConfigError("tracing.tracer_provider", why)
         if not isinstance(self.producer_as_parent, bool):
             raise ConfigError(
                 "tracing.producer_as_parent", f"must be True or False, got {self.producer_as_parent!r}"
@@ -165,6 +167,22 @@ class Tracing:
         n = self.max_key_length
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ConfigError("tracing.max_key_length", f"must be a whole number >= 0, got {n!r}")
+
+
+def _not_a_tracer_provider(value: object) -> str | None:
+    """Why ``value`` cannot be a ``Tracing.tracer_provider``, or None when it can: None (the global
+    provider) or an object with a ``get_tracer`` method, as OpenTelemetry's ``TracerProvider`` has
+    (duck-typed: the ``otel`` extra is not imported to check). Caught here, at construction: the
+    handlers are wrapped only when the app starts, where a 5 failed as an ``AttributeError``."""
+    if value is None:
+        return None
+    if isinstance(value, type):  # TracerProvider, not TracerProvider(): get_tracer is unbound
+        return (
+            f"must be a TracerProvider instance, got the class {value.__name__}: call it ({value.__name__}())"
+        )
+    if not callable(getattr(value, "get_tracer", None)):
+        return f"must be an OpenTelemetry TracerProvider (with get_tracer) or None, got {value!r}"
+    return None
 
 
 class AppSettings(BaseModel):

@@ -103,10 +103,10 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
 
 
 def _kafka_text(exc: Exception) -> str:
-    from confluent_kafka import KafkaError
+    from laneway.kafka.client_config import active
+    from laneway.kafka.secrets import refusal_text
 
-    err = exc.args[0] if exc.args else exc
-    return err.str() if isinstance(err, KafkaError) else str(err)
+    return refusal_text(exc, active())
 
 
 def produce(

@@ -20,7 +20,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,6 +32,7 @@ from laneway.kafka.handshake import closed_at_handshake, mismatch
 
 __all__ = [
     "DENIED",
+    "IDEMPOTENT_WRITE",
     "Ask",
     "ErrorWatch",
     "KafkaAccessDenied",
@@ -45,6 +46,7 @@ __all__ = [
     "consumer_asks",
     "group_ask",
     "probe",
+    "producer_asks",
     "raise_if_denied",
 ]
 
@@ -136,6 +138,19 @@ def group_ask(group: object, doing: str = "use") -> Ask:
     """What a member of ``group`` asks of the ACLs (join it, commit and fetch its offsets: Read
     on the group): the start-time check's (:func:`check_group`) and a running app's."""
     return Ask(doing, "group", str(group), "Read")
+
+
+#: what an idempotent producer asks of the cluster for its id when no topic it writes is known
+IDEMPOTENT_WRITE: Final = Ask("produce idempotently to", "cluster", "kafka-cluster", "IdempotentWrite")
+
+
+def producer_asks(topics: Iterable[str]) -> list[Ask]:
+    """What a running app's producer (emitted records, dead letters) asks of the ACLs, for its
+    denials' lines: Write on each of ``topics`` (the topics it writes, the start-time check's ask
+    for a dead-letter topic), then IdempotentWrite on the cluster. A denied topic's line names
+    the first of ``topics``; a refused producer id (the cluster's code) too, Write on a topic it
+    writes being what grants it (Kafka 3.0 and later), or IdempotentWrite when none is known."""
+    return [*(Ask("write to", "topic", t, "Write") for t in sorted(set(topics))), IDEMPOTENT_WRITE]
 
 
 def consumer_asks(group: object, topics: Sequence[str], topic: str | None = None) -> list[Ask]:
@@ -278,14 +293,15 @@ def raise_if_denied(err: KafkaError | None, settings: Mapping[str, Any], *, doin
 
 
 def as_access_error(
-    exc: BaseException, settings: Mapping[str, Any], *, group: object = None
+    exc: BaseException, settings: Mapping[str, Any], *, group: object = None, doing: Doing = None
 ) -> BaseException:
     """``exc`` as the :class:`KafkaAccessError` :func:`raise_if_denied` raises when it is a
     :class:`KafkaException` carrying such a refusal (an idempotent producer's fatal
-    CLUSTER_AUTHORIZATION_FAILED, say), else ``exc`` itself. A denial raised without the
-    client's settings (a commit's, ``raise_if_denied(err, {}, doing="commit ...")``) is said
-    again with them: the user, and with ``group`` (the consumer's group.id) the group and the
-    kafka-acls command, the line the start-time check (:func:`check_group`) gives."""
+    CLUSTER_AUTHORIZATION_FAILED, say: ``doing``, :func:`producer_asks`, names the ACL it needs),
+    else ``exc`` itself. A denial raised without the client's settings (a commit's,
+    ``raise_if_denied(err, {}, doing="commit ...")``) is said again with them: the user, and with
+    ``group`` (the consumer's group.id) the group and the kafka-acls command, the line the
+    start-time check (:func:`check_group`) gives."""
     if isinstance(exc, KafkaAccessDenied) and exc.bare and exc.error is not None:
         doing = exc.doing
         phrase = doing is None or isinstance(doing, str)  # no Ask: the group was not known
@@ -295,7 +311,7 @@ def as_access_error(
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if isinstance(err, KafkaError):
         try:
-            raise_if_denied(err, settings)
+            raise_if_denied(err, settings, doing=doing)
         except KafkaAccessError as found:
             return found
     return exc

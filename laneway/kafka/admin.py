@@ -33,6 +33,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from laneway.errors import LanewayError
+from laneway.kafka import secrets
 from laneway.kafka.access import Ask, Doing, ErrorWatch, KafkaAccessError, probe, raise_if_denied
 from laneway.kafka.client_config import active
 from laneway.kafka.logs import librdkafka_logger
@@ -153,8 +154,7 @@ def future_result(future: Any, what: str, timeout: float = 30.0, *, doing: Doing
         err = exc.args[0] if exc.args else exc
         if isinstance(err, confluent_kafka.KafkaError):
             raise_if_denied(err, active(), doing=doing)
-        text = err.str() if isinstance(err, confluent_kafka.KafkaError) else str(err)
-        raise AdminError(f"{what}: {text}") from exc
+        raise AdminError(f"{what}: {secrets.refusal_text(exc, active())}") from exc
 
 
 # -- topics ----------------------------------------------------------------------------

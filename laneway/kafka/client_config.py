@@ -12,7 +12,10 @@ are, or the Java client's keys, which are translated:
   (``ssl.truststore.certificates``: ``ssl.ca.pem``);
 * ``ssl.keystore.location`` with ``ssl.keystore.type=PEM`` (one file, key and certificate):
   ``ssl.certificate.location`` and ``ssl.key.location``; a PKCS12 keystore passes as it is;
-* ``ssl.endpoint.identification.algorithm`` empty: ``none``.
+* ``ssl.endpoint.identification.algorithm`` empty: ``none``;
+* ``metadata.broker.list``, librdkafka's other name of ``bootstrap.servers``: ``bootstrap.servers``,
+  so that it comes after ``--bootstrap`` (and the App's ``bootstrap_servers``) as that one does.
+  A file giving both is refused (the one a client was given last won without a word).
 
 A Java-only key librdkafka cannot take (a JKS truststore, a callback class) is a
 :class:`~laneway.errors.ConfigError` naming the key and what to use instead; so is a file a key
@@ -34,7 +37,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
@@ -65,6 +68,8 @@ _FIELD: Final = "client_config"
 
 #: the two names librdkafka takes for the brokers to connect to first
 BROKER_KEYS: Final = ("bootstrap.servers", "metadata.broker.list")
+#: librdkafka's other name of ``bootstrap.servers``: a file's is read as ``bootstrap.servers``
+_ALIAS: Final = "metadata.broker.list"
 
 #: Java-only keys librdkafka has no use for, and what to do instead
 JAVA_ONLY: Final[dict[str, str]] = {
@@ -287,6 +292,8 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     if empty := empty_broker_list(props):
         key, why = empty
         raise ConfigError(_FIELD, f"{p} line {parsed[key][1]}: {why}")
+    if both := _both_broker_keys(parsed):
+        raise ConfigError(_FIELD, f"{p} {both}")
     try:
         settings = to_librdkafka(props)
     except ConfigError as exc:
@@ -299,8 +306,26 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
         if f'"{key}"' not in why:  # librdkafka named another key (linger.ms: queue.buffering.max.ms)
             where += f" ({key})"
         raise ConfigError(_FIELD, f"{where}: {secrets.scrub(why, secrets.secret_values(props))}")
+    if _ALIAS in settings:  # one name, so that --bootstrap and bootstrap_servers come before it
+        settings["bootstrap.servers"] = settings.pop(_ALIAS)
     secrets.remember(settings)
     return settings
+
+
+def _both_broker_keys(parsed: Mapping[str, tuple[str, int]]) -> str | None:
+    """The error's text (``line N: ...``) when the file gives both :data:`BROKER_KEYS`: they are one
+    librdkafka setting under two names, and the one set last in a client's settings won without a
+    word (a command's admin client went to the file's ``metadata.broker.list``, its reachability
+    check and its messages to ``--bootstrap``); None when it gives one or neither."""
+    if not all(key in parsed for key in BROKER_KEYS):
+        return None
+    (first, first_line), (second, second_line) = sorted(
+        ((key, parsed[key][1]) for key in BROKER_KEYS), key=lambda item: item[1]
+    )
+    return (
+        f"line {second_line}: {second} is {first} (line {first_line}) under another name: "
+        f"librdkafka takes one of the two; keep one (bootstrap.servers)"
+    )
 
 
 def empty_broker_list(settings: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -382,8 +407,7 @@ def _refused(settings: Mapping[str, str]) -> tuple[str, str] | None:
         try:
             Producer({k: v for k, v in conf.items() if k != "bootstrap.servers"}, logger=quiet)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            text = err.str() if isinstance(err, KafkaError) else str(err)
+            text = secrets.refusal_text(exc)
             return None if text.startswith("Failed to create") else text.strip()
         return None
 

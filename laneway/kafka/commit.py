@@ -35,7 +35,7 @@ from laneway.engine.events import Output
 from laneway.engine.policies import ExactlyOnce
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
-from laneway.kafka.access import Ask, KafkaAccessError, raise_if_denied
+from laneway.kafka.access import Ask, KafkaAccessError, as_access_error, producer_asks, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
 
 if TYPE_CHECKING:
@@ -134,12 +134,21 @@ class Committer:
     """
 
     def __init__(
-        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
+        self,
+        consumer: Consumer,
+        processor: Processor,
+        metrics: SourceMetrics,
+        producer: Producer | None,
+        access: dict[str, Any] | None = None,
     ) -> None:
         self._consumer = consumer
         self._processor = processor
         self._metrics = metrics
         self._producer = producer
+        #: the producer's settings, for a refusal's line: the user, the transactional id, secrets to scrub
+        self._access = access or {}
+        #: the topics emitted to so far: a refused producer id's line names the ACL on one of them
+        self._written: set[str] = set()
         self._recommit = False
         #: why emitted records could not be produced, once they could not: they were taken from
         #: the ledger, so no commit may pass them afterwards (the app's final one neither)
@@ -169,6 +178,19 @@ class Committer:
         """A delivery report: the first failure is kept, with its topic."""
         if err is not None and self._undelivered is None:
             self._undelivered = (msg.topic() or "?", err)
+
+    def _raise_if_denied(self) -> None:
+        """Raise the one-line :class:`~laneway.kafka.access.KafkaAccessDenied` when the first
+        failed delivery was an ACL's refusal: the ACL it needs (Write on the topic) and the
+        kafka-acls command, as the start-time check says it for a dead-letter topic."""
+        if (failed := self._undelivered) is not None:
+            topic, err = failed
+            raise_if_denied(err, self._access, doing=producer_asks([topic]))
+
+    def _said(self, exc: BaseException) -> BaseException:
+        """``exc``, or the access error it carries (a fatal refusal of the producer's id) said with
+        the ACL it needs, on the topics emitted to (:func:`~laneway.kafka.access.producer_asks`)."""
+        return as_access_error(exc, self._access, doing=producer_asks(self._written))
 
     def _why(self, producer: Producer, outputs: list[Output], waited: float) -> str:
         """The failed outputs' topic and the reason: the delivery's error; for a record that timed
@@ -221,9 +243,15 @@ class Committer:
         return recommit
 
     def serve(self) -> None:
-        """Serve the producer's callbacks: raises its fatal error (a KafkaException), if any."""
+        """Serve the producer's callbacks: raises its fatal error (a KafkaException, or the
+        access error it carries: a refused producer id), if any."""
         if self._producer is not None:
-            self._producer.poll(0)
+            try:
+                self._producer.poll(0)
+            except KafkaException as exc:
+                if (said := self._said(exc)) is exc:
+                    raise
+                raise said from None
 
     def close(self) -> None:
         if self._producer is not None:
@@ -232,18 +260,13 @@ class Committer:
                     self._producer.purge()
                 self._producer.flush(10)
             except KafkaException as exc:  # fatal: the loop stopped on it (serve), say it once
-                logger.error("closing the output producer: %s", exc)
+                logger.error("closing the output producer: %s", self._said(exc))
             self._producer = None  # release librdkafka's threads (and their logging) now
 
 
 class AtLeastOnceCommitter(Committer):
     """Produce and flush the emitted records, then commit the offsets (without a producer, only
     commit)."""
-
-    def __init__(
-        self, consumer: Consumer, processor: Processor, metrics: SourceMetrics, producer: Producer | None
-    ) -> None:
-        super().__init__(consumer, processor, metrics, producer)
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
@@ -255,8 +278,10 @@ class AtLeastOnceCommitter(Committer):
             try:
                 self._produce_all(outputs)
             except BaseException as exc:  # a delivery's error, a flush timeout, a refused record
-                self.failed = exc
-                raise
+                self.failed = self._said(exc)  # a refused producer id: the ACL it needs
+                if self.failed is exc:
+                    raise
+                raise self.failed from None
             asynchronous = False  # the flush already waited; keep the order produce -> commit simple
         try:
             if asynchronous:
@@ -273,6 +298,7 @@ class AtLeastOnceCommitter(Committer):
     def _produce_all(self, outputs: list[Output]) -> None:
         producer = self._producer
         assert producer is not None
+        self._written.update(out[0] for out in outputs)
         produce(producer, outputs, self._delivered)
         started = time.monotonic()
         limit = started + FLUSH_TIMEOUT
@@ -293,6 +319,7 @@ class AtLeastOnceCommitter(Committer):
                     break
                 ask = time.monotonic() + MISSING_CHECK
         if left != 0 or self._undelivered is not None:
+            self._raise_if_denied()  # an ACL: its line, not librdkafka's
             why = self._why(producer, outputs, time.monotonic() - started)
             raise OutputError(f"emitted records could not be produced {why}")
 
@@ -308,9 +335,7 @@ class TransactionalCommitter(Committer):
         producer: Producer,
         access: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(consumer, processor, metrics, producer)
-        #: the producer's settings, for a refusal's line: the user, the transactional id, secrets to scrub
-        self._access = access or {}
+        super().__init__(consumer, processor, metrics, producer, access)
 
     def start(self) -> None:
         """Register the transactional id; a failure releases the producer (nothing to flush) and
@@ -336,6 +361,7 @@ class TransactionalCommitter(Committer):
         producer = self._producer
         assert producer is not None
         outputs = self._processor.take_outputs({tp: pos for tp, (pos, _) in commits.items()})
+        self._written.update(out[0] for out in outputs)
         what = f"transaction of {len(outputs)} record(s) and {len(offsets)} offset(s) failed"
         try:
             producer.begin_transaction()
@@ -350,6 +376,11 @@ class TransactionalCommitter(Committer):
         except KafkaException as exc:
             self._metrics.commit(False)
             producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
+            try:
+                self._raise_if_denied()  # an ACL: its line, not librdkafka's
+            except KafkaAccessError as denied:
+                self.failed = denied
+                raise denied from None
             if self._undelivered is not None:  # as at least once: the topic and the reason
                 why = self._why(producer, outputs, 0.0)
                 self.failed = OutputError(f"emitted records could not be produced {why}; {what}")
@@ -384,7 +415,7 @@ def make_committer(
         transactional = Producer(pconf, logger=_PRODUCER_LOG)
         return TransactionalCommitter(consumer, processor, metrics, transactional, access=pconf)
     producer = Producer(pconf, logger=_PRODUCER_LOG) if producer_config is not None else None
-    return AtLeastOnceCommitter(consumer, processor, metrics, producer)
+    return AtLeastOnceCommitter(consumer, processor, metrics, producer, access=pconf)
 
 
 def _reason(topic: str, err: KafkaError) -> str:

@@ -41,7 +41,7 @@ from laneway.engine.handlers import LetterDone
 from laneway.engine.outcomes import format_error
 from laneway.errors import DeadLetterError
 from laneway.kafka import headers as h
-from laneway.kafka.access import as_access_error
+from laneway.kafka.access import DENIED, as_access_error, classify, producer_asks
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.producer import TOO_LARGE
 
@@ -150,11 +150,12 @@ class _Letter:
                 producer.produce(
                     self.topic, key=ev.key, value=value, headers=headers, on_delivery=self.delivered
                 )
+                self.writer.written.add(self.topic)
             except KafkaException as exc:
                 kerr = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if kerr is not None and kerr.code() in TOO_LARGE and self.lighten(str(exc)):
                     continue
-                self.done(DeadLetterError(f"producing to {self.topic} failed: {exc}"))
+                self.done(DeadLetterError(f"producing to {self.topic} failed: {self.writer.said(exc)}"))
             except Exception as exc:  # BufferError: the producer's queue is full
                 self.done(DeadLetterError(f"producing to {self.topic} failed: {exc}"))
             return
@@ -180,7 +181,9 @@ class _Letter:
         elif err.code() in TOO_LARGE:
             self.done(DeadLetterError(f"producing to {self.topic} failed: {err.str()}"))
         else:
-            self.done(DeadLetterError(f"{self.topic} refused the dead letter: {err.str()}"))
+            self.done(
+                DeadLetterError(f"{self.topic} refused the dead letter: {self.writer.why(err, self.topic)}")
+            )
 
     def lighten(self, why: str) -> bool:
         """Leave more out (module docstring); False when nothing more can be left out."""
@@ -235,6 +238,18 @@ class KafkaDeadLetters:
         self._closed = False
         #: the fatal error that stopped the poll thread (a refused producer id, say), if any
         self.error: BaseException | None = None
+        #: the topics letters were sent to: a refused producer id's line names Write on one of them
+        self.written: set[str] = set()
+
+    def why(self, err: KafkaError, topic: str) -> str:
+        """A delivery's failure: librdkafka's words, or for an ACL's refusal the line the
+        start-time check gives (the ACL it needs on ``topic``, the kafka-acls command)."""
+        found = classify(err, self._conf, doing=producer_asks([topic])) if err.code() in DENIED else None
+        return err.str() if found is None else str(found)
+
+    def said(self, exc: BaseException) -> BaseException:
+        """``exc``, or the access error it carries (a refused producer id) with the ACL it needs."""
+        return as_access_error(exc, self._conf, doing=producer_asks(self.written))
 
     def start(self) -> None:
         """Start the poll thread (idempotent; :meth:`send` calls it)."""
@@ -277,7 +292,7 @@ class KafkaDeadLetters:
                 if alone is not None:
                     alone.poll(0)
             except KafkaException as exc:  # a fatal error (a refused producer id): never a thread's traceback
-                self.error = as_access_error(exc, self._conf)
+                self.error = self.said(exc)
                 logger.error("the dead-letter producer stopped: %s", self.error)
                 return
 
@@ -296,6 +311,6 @@ class KafkaDeadLetters:
                 if self._alone is not None:
                     self._alone.flush(self.timeout)
             except KafkaException as exc:  # fatal (a refused producer id): said, not raised
-                logger.error("closing the dead-letter producer: %s", as_access_error(exc, self._conf))
+                logger.error("closing the dead-letter producer: %s", self.said(exc))
             with self._lock:
                 self._producer = self._alone = None  # release librdkafka's threads now

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 __all__ = ["REDACTED", "is_secret_key", "redact", "refusal_text", "remember", "scrub", "secret_values"]
 
@@ -84,15 +84,19 @@ def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
 
 
 def refusal_text(exc: BaseException, settings: Mapping[str, Any] | None = None) -> str:
-    """What a client's constructor raised when it refused its settings, as text safe to print: a
-    ``KafkaException``'s ``KafkaError.str()`` (librdkafka's words), else ``str(exc)`` (the
-    Python client's ``TypeError`` or ``ValueError``), scrubbed of the secrets :func:`remember`
-    noted, then of those of ``settings`` when given. The App's build-time check
-    (:func:`laneway.settings.librdkafka_refusal`) and its start's (:mod:`laneway.kafka.preflight`)
-    both say a refusal this way."""
+    """What a client raised, as text safe to print: a ``KafkaException``'s ``KafkaError.str()``
+    (librdkafka's words, without the ``KafkaError{code=...}`` wrapping), the text it carries when
+    it has no ``KafkaError``, else ``str(exc)`` (the Python client's ``TypeError`` or
+    ``ValueError``), scrubbed of the secrets :func:`remember` noted, then of those of
+    ``settings`` when given. The one way Laneway says librdkafka's error: a client's constructor
+    refusing its settings (the App's build-time check, :func:`laneway.settings.librdkafka_refusal`;
+    its start's, :mod:`laneway.kafka.preflight`; a client-config file's keys,
+    :func:`laneway.kafka.client_config.load_client_config`) and a request failing (the command
+    lines' last resort, :func:`laneway.ops.cli_common.tool_errors`; an admin request's
+    :class:`~laneway.kafka.admin.AdminError`)."""
     if isinstance(exc, KafkaException):
         err = exc.args[0] if exc.args else exc
-        text = err.str() if hasattr(err, "str") else str(err)
+        text = err.str() if isinstance(err, KafkaError) else str(err)
     else:
         text = str(exc)
     text = scrub(text)

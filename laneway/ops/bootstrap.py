@@ -11,7 +11,8 @@ settings (:mod:`laneway.kafka.client_config`); an empty option, or an empty vari
 read, exits 2 as for ``--bootstrap``. :func:`with_client_config` adds the option to a command
 and runs it with the file's settings in every client it builds; a file that cannot be read, and
 a cluster that refuses the settings (:mod:`laneway.kafka.access`), are one line on stderr and
-exit code 2. The file's ``bootstrap.servers`` comes after ``--bootstrap`` and before
+exit code 2. The file's ``bootstrap.servers`` (or ``metadata.broker.list``, read as it by
+:func:`~laneway.kafka.client_config.load_client_config`) comes after ``--bootstrap`` and before
 ``$LANEWAY_BOOTSTRAP``.
 
     @app.command("lag")

@@ -22,6 +22,7 @@ from laneway.kafka import dlq_reader as dr
 from laneway.kafka.access import raise_if_denied
 from laneway.kafka.client_config import active
 from laneway.kafka.producer import ProducerError
+from laneway.kafka.secrets import refusal_text
 from laneway.ops.bootstrap import resolve_bootstrap
 
 __all__ = ["Json", "age", "connect", "console", "echo_json", "fail", "opt", "progress_bar", "tool_errors"]
@@ -52,7 +53,7 @@ def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
             err = exc.args[0] if exc.args else exc
             if isinstance(err, KafkaError):  # an ACL denial or a refused login: say which setting
                 raise_if_denied(err, active())
-            raise fail(f"kafka: {err.str() if isinstance(err, KafkaError) else err}") from exc
+            raise fail(f"kafka: {refusal_text(exc, active())}") from exc
 
     return wrapper
 

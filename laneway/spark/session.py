@@ -70,6 +70,17 @@ def extra_jars(libs: Path | None = None, *, shipped: Path | None = None) -> list
     return sorted(p for p in libs.glob("*.jar") if _artifact(p.name) not in have)
 
 
+#: SessionSettings' fields: the type each takes, and how to say it (ui="no" was taken as true)
+_SESSION_KINDS: tuple[tuple[str, type, str], ...] = (
+    ("master", str, "a str"),
+    ("app_name", str, "a str"),
+    ("driver_memory", str, "a str (Spark's size: '1g')"),
+    ("shuffle_partitions", int, "a whole number"),
+    ("ui", bool, "True or False"),
+    ("conf", Mapping, "a dict of str"),
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionSettings:
     """How to build the session. Frozen and picklable.
@@ -90,6 +101,11 @@ class SessionSettings:
     conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, kind, what in _SESSION_KINDS:  # .strip(), < 1 and dict() failed on them, bare
+            value = getattr(self, name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                got = f"a {type(value).__name__}" if kind is Mapping else repr(value)
+                raise ConfigError(f"SessionSettings.{name}", f"must be {what}, got {got}")
         if not self.master.strip():
             raise ConfigError("SessionSettings.master", "must not be empty")
         if problem := master_problem(self.master):  # before a JVM: Spark's refusal is a py4j trace

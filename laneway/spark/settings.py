@@ -36,8 +36,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from laneway.errors import ConfigError
@@ -226,6 +226,47 @@ class PipelineSettingsError(ConfigError):
         self.problems = list(problems)
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+#: what each field of PipelineSettings takes, and how to say it
+_KINDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "bootstrap": (_text, "a str"),
+    "topic": (_text, "a str"),
+    "trigger": (_text, "a str"),
+    "starting_offsets": (_text, "a str"),
+    "master": (_text, "a str"),
+    "warehouse": (lambda v: isinstance(v, str | os.PathLike), "a path (str or os.PathLike)"),
+    "checkpoint": (lambda v: isinstance(v, str | os.PathLike), "a path (str or os.PathLike)"),
+    "max_offsets_per_trigger": (lambda v: v is None or _whole(v), "a whole number, or None for no cap"),
+    "compact_every": (_whole, "a whole number"),
+    "deletion_vectors": (lambda v: isinstance(v, bool), "True or False"),
+    "source_options": (lambda v: isinstance(v, Mapping), "a dict of str"),
+    "spark_conf": (lambda v: isinstance(v, Mapping), "a dict of str"),
+    "progress_group": (lambda v: v is None or isinstance(v, str), "a group name (str), or None for none"),
+    "client_config": (lambda v: isinstance(v, Mapping), "a dict of librdkafka settings"),
+}
+
+
+def _wrong_types(settings: PipelineSettings) -> list[tuple[str, str]]:
+    """Each field of ``settings`` of the wrong type, with the reason (``must be a str, got 5``):
+    ``compact_every="5"`` failed with a bare ``TypeError`` from a comparison, ``topic=None`` with
+    an ``AttributeError``, ``deletion_vectors="no"`` was taken as true."""
+    found = []
+    for f in fields(settings):  # in the order the fields are declared
+        fits, what = _KINDS[f.name]
+        value = getattr(settings, f.name)
+        if not fits(value):  # a dict's value may hold secrets (client_config): its type only
+            got = f"a {type(value).__name__}" if what.startswith("a dict") else repr(value)
+            found.append((f.name, f"must be {what}, got {got}"))
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class PipelineSettings:
     """What the pipeline reads, where it writes, and how it triggers. Validated on construction:
@@ -283,6 +324,8 @@ class PipelineSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if wrong := _wrong_types(self):  # the checks below would fail on them with a bare TypeError
+            raise PipelineSettingsError(wrong)
         errors: list[tuple[str, str]] = []
         for name in ("bootstrap", "warehouse", "checkpoint", "topic", "master", "starting_offsets"):
             if not str(getattr(self, name)).strip():

@@ -103,6 +103,61 @@ def test_bad_settings_name_every_bad_field() -> None:
         assert f"{name}:" in message
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("topic", None),
+        ("trigger", 10),
+        ("starting_offsets", -2),
+        ("master", None),
+        ("max_offsets_per_trigger", "1000"),
+        ("max_offsets_per_trigger", 1.5),
+        ("compact_every", "50"),
+        ("compact_every", True),
+        ("deletion_vectors", "no"),
+        ("source_options", [("failOnDataLoss", "false")]),
+        ("spark_conf", "spark.x=1"),
+        ("progress_group", 5),
+        ("client_config", ["sasl.password", "hunter2-pipeline"]),
+        ("warehouse", 5),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_a_settings_error_naming_it(name: str, value: object) -> None:
+    # these were a bare TypeError or AttributeError from a comparison or .strip(), or (a str for
+    # deletion_vectors, a float for max_offsets_per_trigger) taken as they were
+    with pytest.raises(ConfigError) as err:
+        _settings(**{name: value})
+    assert [field for field, _ in err.value.problems] == [name], err.value  # type: ignore[attr-defined]
+    assert f"{name}: must be " in str(err.value)
+    assert "hunter2" not in str(err.value)  # a dict's value is not printed: it may hold secrets
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("master", None),
+        ("app_name", 5),
+        ("driver_memory", 1024),
+        ("shuffle_partitions", "4"),
+        ("shuffle_partitions", True),
+        ("ui", "no"),
+        ("conf", "spark.x=1"),
+    ],
+)
+def test_a_session_setting_of_the_wrong_type_is_a_config_error_naming_it(name: str, value: object) -> None:
+    # master=None and shuffle_partitions="4" failed with an AttributeError or a TypeError; ui="no",
+    # app_name=5 and driver_memory=1024 were taken, for Spark to refuse or misread
+    with pytest.raises(ConfigError) as err:
+        SessionSettings(**{name: value})  # type: ignore[arg-type]
+    assert err.value.field == f"SessionSettings.{name}", err.value
+    assert err.value.reason.startswith("must be "), err.value
+
+
+def test_a_path_is_taken_for_the_warehouse_and_the_checkpoint(tmp_path: Path) -> None:
+    s = _settings(warehouse=tmp_path / "w", checkpoint=tmp_path / "c")
+    assert s.warehouse == str(tmp_path / "w") and s.checkpoint == str(tmp_path / "c")
+
+
 def test_extra_jars_skip_what_pyspark_ships(tmp_path: Path) -> None:
     libs, shipped = tmp_path / "libs", tmp_path / "shipped"
     libs.mkdir()

@@ -105,3 +105,81 @@ def test_an_empty_broker_list_in_the_apps_client_config_file_is_a_config_error(t
     said = f"client_config: {f} line 2: bootstrap.servers: must not be empty"
     with pytest.raises(ConfigError, match=re.escape(said)):
         App("a", bootstrap_servers="h:1", client_config=f)
+
+
+# -- a non-empty metadata.broker.list: librdkafka's other name of bootstrap.servers ------------
+
+
+def _effective_broker_list(conf: dict[str, Any]) -> Any:
+    """The broker list a client built with ``conf`` connects to: the two keys are one librdkafka
+    property, and confluent-kafka sets the settings in the dict's order, so the last one wins."""
+    return [v for k, v in conf.items() if k in KEYS][-1]
+
+
+def test_the_loader_reads_metadata_broker_list_as_bootstrap_servers(tmp_path: Path) -> None:
+    settings = cc.load_client_config(_file(tmp_path, "metadata.broker.list", "k:9092"))
+    assert settings == {"client.id": "tools", "bootstrap.servers": "k:9092"}
+
+
+def test_a_file_giving_both_names_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    f.write_text("bootstrap.servers=a:9092\nclient.id=tools\nmetadata.broker.list=b:9092\n")
+    with pytest.raises(ConfigError) as info:
+        cc.load_client_config(f)
+    assert info.value.field == "client_config"
+    assert info.value.reason.startswith(
+        f"{f} line 3: metadata.broker.list is bootstrap.servers (line 1) under another name"
+    ), info.value.reason
+
+
+class _Connected(Exception):
+    """The command asked to connect: what to, and with which admin settings."""
+
+
+def _connect_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from laneway.kafka import admin as ka
+    from laneway.ops import cli_common
+
+    def connect(address: str, *args: Any, **kwargs: Any) -> Any:
+        raise _Connected(address, ka.client_config(address))
+
+    monkeypatch.setattr(cli_common.ka, "connect", connect)
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [([], "k:9092"), (["-b", "h:1"], "h:1")],
+    ids=["the file's", "--bootstrap over the file's"],
+)
+def test_a_commands_clients_go_where_its_messages_say(
+    option: list[str], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the finding: the file's metadata.broker.list was left in the settings every client took,
+    # after bootstrap.servers: without -b the command checked and named the recorded broker (or
+    # 127.0.0.1:9092) while its admin client went to the file's brokers; with -b, the same
+    monkeypatch.delenv("LANEWAY_BOOTSTRAP", raising=False)
+    _connect_records(monkeypatch)
+    f = _file(tmp_path, "metadata.broker.list", "k:9092")
+    result = CliRunner().invoke(cli.app, ["lag", "g", *option, "--client-config", str(f)])
+    assert isinstance(result.exception, _Connected), (result.output, result.exception)
+    address, conf = result.exception.args
+    assert address == expected
+    assert _effective_broker_list(conf) == expected, conf
+
+
+def test_a_file_giving_both_names_exits_2_on_a_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "using", _ran)  # no broker is reached either way
+    f = tmp_path / "client.properties"
+    f.write_text("metadata.broker.list=b:9092\nbootstrap.servers=a:9092\n")
+    result = CliRunner().invoke(cli.app, ["lag", "g", "-b", "h:1", "--client-config", str(f)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    said = f"error: client_config: {f} line 2: bootstrap.servers is metadata.broker.list (line 1)"
+    assert result.stderr.startswith(said), result.stderr
+
+
+def test_an_app_takes_its_bootstrap_servers_over_the_files_metadata_broker_list(tmp_path: Path) -> None:
+    app = App("a", bootstrap_servers="h:1", client_config=_file(tmp_path, "metadata.broker.list", "k:9092"))
+    assert _effective_broker_list(app._client_config()) == "h:1"
+    assert _effective_broker_list(app._producer_config()) == "h:1"

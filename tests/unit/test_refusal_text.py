@@ -1,6 +1,8 @@
-"""librdkafka's refusal of a client's settings, as text safe to print: one function
+"""librdkafka's error, as text safe to print: one function
 (:func:`laneway.kafka.secrets.refusal_text`) for the App's build-time check
-(:func:`laneway.settings.librdkafka_refusal`) and its start's (:mod:`laneway.kafka.preflight`)."""
+(:func:`laneway.settings.librdkafka_refusal`) and its start's (:mod:`laneway.kafka.preflight`),
+the client-config file's check (``client_config._refused``) and the command lines' last resort
+(:func:`laneway.ops.cli_common.tool_errors`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from laneway.errors import ConfigError
+from laneway.kafka import client_config as cc
 from laneway.kafka import secrets
 from laneway.kafka.preflight import preflight
 from laneway.settings import librdkafka_refusal
@@ -67,3 +70,61 @@ def test_the_start_names_the_field_and_scrubs_remembered_secrets() -> None:
         )
     assert info.value.field == "kafka_config"
     assert info.value.reason == 'Invalid value "[redacted]" for configuration property "security.protocol"'
+
+
+def test_the_client_config_check_says_librdkafkas_words_scrubbed() -> None:
+    # _refused took the text its own way: the same words, but not scrubbed of remembered secrets
+    secrets.remember({"sasl.password": REMEMBERED})
+    assert cc._refused({"client.id": "tools", "security.protocol": REMEMBERED}) == (
+        "security.protocol",
+        'Invalid value "[redacted]" for configuration property "security.protocol"',
+    )
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        KafkaException(KafkaError(KafkaError._TIMED_OUT, f"timed out asking for {REMEMBERED}")),
+        KafkaException(f"timed out asking for {REMEMBERED}"),  # no KafkaError: its text
+    ],
+    ids=["a KafkaError", "a text"],
+)
+def test_the_command_lines_last_resort_says_the_same_text(
+    exc: KafkaException, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # tool_errors took the text its own way too, and printed a remembered secret as it was
+    import typer
+
+    from laneway.ops.cli_common import tool_errors
+
+    secrets.remember({"sasl.password": REMEMBERED})
+
+    @tool_errors
+    def command() -> None:
+        raise exc
+
+    with pytest.raises(typer.Exit) as info:
+        command()
+    assert info.value.exit_code == 2
+    said = capsys.readouterr().err.strip()
+    assert (
+        said
+        == f"error: kafka: {secrets.refusal_text(exc)}"
+        == "error: kafka: timed out asking for [redacted]"
+    )
+
+
+def test_an_admin_requests_error_says_the_same_text() -> None:
+    from laneway.kafka import admin as ka
+
+    secrets.remember({"sasl.password": REMEMBERED})
+    exc = KafkaException(KafkaError(KafkaError._TIMED_OUT, f"timed out asking for {REMEMBERED}"))
+
+    class Failed:
+        def result(self, timeout: float) -> None:
+            raise exc
+
+    with pytest.raises(ka.AdminError) as info:
+        ka.future_result(Failed(), "describing topic 'orders'")
+    assert str(info.value) == f"describing topic 'orders': {secrets.refusal_text(exc)}"
+    assert REMEMBERED not in str(info.value)

@@ -318,3 +318,24 @@ def test_off_the_engine_never_imports_opentelemetry_and_an_app_does_not_either()
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("provider", [5, "global", object(), TracerProvider])
+def test_a_tracer_provider_that_is_not_one_is_refused_at_construction(provider: object) -> None:
+    # Tracing(tracer_provider=5) was taken: the App wrapped its handlers only at its start, and
+    # failed there with an AttributeError from OpenTelemetry (never, for an app not started)
+    with pytest.raises(ConfigError) as bad:
+        Tracing(tracer_provider=provider)
+    assert bad.value.field == "tracing.tracer_provider", bad.value
+    assert "TracerProvider" in bad.value.reason
+    if provider is TracerProvider:  # the class, not an instance: said so
+        assert "TracerProvider()" in bad.value.reason, bad.value.reason
+    with pytest.raises(ConfigError) as bad:
+        App("a", bootstrap_servers="127.0.0.1:9092", tracing=Tracing(tracer_provider=provider))
+    assert bad.value.field == "tracing.tracer_provider"
+
+
+def test_a_tracer_provider_is_taken(spans: Spans) -> None:
+    assert Tracing(tracer_provider=spans[0]).tracer_provider is spans[0]
+    assert Tracing(tracer_provider=trace.NoOpTracerProvider()).tracer_provider is not None
+    assert Tracing().tracer_provider is None  # the global one

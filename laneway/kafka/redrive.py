@@ -24,7 +24,8 @@ neither visible to read_committed readers nor in the ledger, and the next redriv
 limit is raised, sends it and skips what was recorded. Records are batched within the smallest
 target's ``max.message.bytes``, so letters that fit one by one are never refused together.
 
-The dead letters and the ledger are read by :mod:`laneway.kafka.dlq_reader`.
+The dead letters and the ledger are read by :mod:`laneway.kafka.dlq_reader`. Which letters
+move, and to which partition, is decided in :mod:`laneway.kafka.redrive_plan`.
 
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
@@ -66,6 +67,7 @@ from laneway.kafka.dlq_reader import (
     tool_consumer,
 )
 from laneway.kafka.producer import TOO_LARGE, ProduceError
+from laneway.kafka.redrive_plan import choose, planned_partition, since
 from laneway.kafka.transactions import TransactionalProducer, TransactionError
 
 __all__ = ["Moved", "RedriveError", "RedriveReport", "redrive"]
@@ -243,66 +245,6 @@ def _targets(
     return partitions, limits
 
 
-def _planned_partition(letter: DeadLetter, target: str, partitions: dict[str, int]) -> int | None:
-    """The original partition when ``letter`` goes back to its original topic and that topic
-    still has it; None (the key-based partitioner chooses) otherwise."""
-    if target != letter.original_topic:
-        return None
-    try:
-        partition = int(letter.info.get(h.ORIGINAL_PARTITION, ""))
-    except ValueError:
-        return None
-    return partition if 0 <= partition < partitions.get(target, 0) else None
-
-
-def _choose(
-    letters: Sequence[DeadLetter],
-    ledger: dict[str, LedgerEntry],
-    recorded: dict[Origin, LedgerEntry],
-    *,
-    force: bool,
-    limit: int | None,
-) -> tuple[
-    list[DeadLetter], tuple[tuple[DeadLetter, LedgerEntry], ...], tuple[tuple[DeadLetter, DeadLetter], ...]
-]:
-    """The letters to move, in the order of ``letters`` (partition, then offset), at most ``limit``:
-    each origin once. Also the letters skipped as redriven before (unless ``force``: the letter's
-    own ledger entry, or that of another letter of its origin, from ``recorded``) and the repeats of
-    a chosen letter's origin, each with the chosen letter."""
-    chosen: list[DeadLetter] = []
-    skipped: list[tuple[DeadLetter, LedgerEntry]] = []
-    repeats: list[tuple[DeadLetter, DeadLetter]] = []
-    taken: dict[Origin, DeadLetter] = {}
-    for letter in letters:
-        origin = letter.origin
-        entry = ledger.get(letter.ledger_key) or (recorded.get(origin) if origin is not None else None)
-        if entry is not None and not force:
-            skipped.append((letter, entry))
-        elif origin is not None and origin in taken:
-            repeats.append((letter, taken[origin]))
-        elif limit is None or len(chosen) < limit:
-            chosen.append(letter)
-            if origin is not None:
-                taken[origin] = letter
-    return chosen, tuple(skipped), tuple(repeats)
-
-
-def _since(
-    chosen: list[DeadLetter],
-    skipped: tuple[tuple[DeadLetter, LedgerEntry], ...],
-    first: dict[str, LedgerEntry],
-    fresh: dict[str, LedgerEntry],
-) -> tuple[list[DeadLetter], tuple[tuple[DeadLetter, LedgerEntry], ...]]:
-    """``chosen`` without the letters the ledger names now (``fresh``) but did not when they were
-    chosen (``first``): another redrive of the topic moved them meanwhile. They join
-    ``skipped``."""
-    late = [(x, fresh[x.ledger_key]) for x in chosen if x.ledger_key in fresh and x.ledger_key not in first]
-    if not late:
-        return chosen, skipped
-    gone = {x.ledger_key for x, _ in late}
-    return [x for x in chosen if x.ledger_key not in gone], (*skipped, *late)
-
-
 def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> bool:
     """Create the topic's ledger unless it exists; True when this call created it."""
     name = ledger_topic(dlq_topic)
@@ -357,7 +299,7 @@ def redrive(
             recorded.setdefault(letter.origin, entry)
 
     letters = read_dead_letters(bootstrap, dlq_topic, filters=filters, seen=note if ledger else None)
-    chosen, skipped, repeats = _choose(letters, ledger, recorded, force=force, limit=limit)
+    chosen, skipped, repeats = choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
@@ -367,7 +309,7 @@ def redrive(
         planned = []
         for x in chosen:
             target = to or x.original_topic or ""
-            planned.append(Moved(x.partition, x.offset, target, _planned_partition(x, target, partitions)))
+            planned.append(Moved(x.partition, x.offset, target, planned_partition(x, target, partitions)))
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
     created = _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
@@ -387,7 +329,7 @@ def redrive(
             # nothing more, and what it committed is in the ledger now. Read after the fence,
             # so two redrives started together never both move a letter (a ledger this run
             # created had no other run's entries before the fence)
-            chosen, skipped = _since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
+            chosen, skipped = since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
         try:
             for start in range(0, len(chosen), batch_size):
                 batch = chosen[start : start + batch_size]
@@ -402,7 +344,7 @@ def redrive(
                                 letter.value,
                                 key=letter.key,
                                 headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
-                                partition=_planned_partition(letter, target, partitions),
+                                partition=planned_partition(letter, target, partitions),
                             )
                         )
                     if producer.flush(60):

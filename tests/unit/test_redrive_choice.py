@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
-from laneway.kafka.redrive import _choose
+from laneway.kafka.redrive_plan import choose as _choose
 
 
 def _letter(partition: int, offset: int, origin_offset: int) -> dr.DeadLetter:
@@ -52,7 +52,7 @@ def test_the_same_position_with_another_key_is_another_record() -> None:
 
 
 def test_letters_another_redrive_moved_since_they_were_chosen_are_skipped() -> None:
-    from laneway.kafka.redrive import _since
+    from laneway.kafka.redrive_plan import since as _since
 
     a, b, c = _letter(0, 0, 40), _letter(0, 1, 41), _letter(0, 2, 42)
     old = dr.LedgerEntry(a.ledger_key, "r0", "orders", 1, 7, "2026-11-20T10:00:00")

@@ -14,8 +14,15 @@ raises); :meth:`Producer.send_async` returns at once with a
 Errors::
 
     ProducerError             root of this module's errors (a laneway.LanewayError)
-    ├── ProduceError          a record was not delivered; keeps the KafkaError and the record
+    ├── ProduceError          a record was not delivered, or the client failed for good (a
+    │                         flush or close met its fatal error); keeps the KafkaError
     └── ProducerClosedError   the producer was used after close()
+
+A fatal client error (a transactional producer fenced by a newer one with its id, say) comes
+out of confluent-kafka's flush or poll as a ``KafkaException``, or as a ``SystemError`` ("...
+returned a result with an exception set") when delivery callbacks ran after the client set it:
+:meth:`Producer.flush` and :meth:`Producer.close` raise it as a :class:`ProduceError` with the
+``KafkaError`` (:func:`client_error` finds it), and the poll thread logs it on one line.
 
 Serialization failures raise :class:`laneway.kafka.serde.SerializationError` before
 anything is sent.
@@ -48,7 +55,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -74,6 +81,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerError",
     "RecordMetadata",
+    "client_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -119,6 +127,39 @@ class ProduceError(ProducerError):
 
 class ProducerClosedError(ProducerError):
     """The producer is closed."""
+
+
+def client_error(exc: BaseException) -> confluent_kafka.KafkaError | None:
+    """The client's error behind what a confluent-kafka call raised: a ``KafkaException``'s, or the
+    one in the causes of the ``SystemError`` confluent-kafka raises when Python callbacks (delivery
+    reports) ran after the client set a fatal error. None when there is none."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, confluent_kafka.KafkaException) and cause.args:
+            err = cause.args[0]
+            if isinstance(err, confluent_kafka.KafkaError):
+                return err
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C inside a delivery callback: confluent-kafka raises it wrapped in a SystemError."""
+    return isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+
+
+def _failed(exc: BaseException) -> BaseException | None:
+    """What a flush or poll that raised ``exc`` raises instead: a :class:`ProduceError` for the
+    client's own error, ``KeyboardInterrupt`` for a wrapped Ctrl-C; None to raise ``exc`` as it is."""
+    if _interrupted(exc):
+        return KeyboardInterrupt()
+    err = client_error(exc)
+    if err is None:
+        return None
+    what = "failed for good" if err.fatal() else "failed"
+    return ProduceError(f"the producer {what}: {err.str()}", topic="*", kafka_error=err)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,17 +372,34 @@ class Producer:
     # -- lifecycle -------------------------------------------------------------------
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait until every queued record is acknowledged or failed; return how many remain."""
-        return int(self._producer.flush(timeout))
+        """Wait until every queued record is acknowledged or failed; return how many remain.
+
+        Raise :class:`ProduceError`, with the ``KafkaError``, when the client failed for good
+        (fenced, say): not the ``SystemError`` confluent-kafka raises for it."""
+        return self._serve(self._producer.flush, timeout)
+
+    @staticmethod
+    def _serve(call: Callable[[float], int], timeout: float) -> int:
+        """A flush or poll of the client, its fatal error raised as :class:`ProduceError`."""
+        try:
+            return int(call(timeout))
+        except (confluent_kafka.KafkaException, SystemError) as exc:
+            failure = _failed(exc)
+            if failure is None:
+                raise
+            raise failure from exc
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush, then stop. Raise :class:`ProduceError` if records were still undelivered."""
+        """Flush, then stop. Raise :class:`ProduceError` if records were still undelivered, or
+        the client failed for good (see :meth:`flush`); the poll thread stops either way."""
         if self._closed.is_set():
             return
-        remaining = self.flush(timeout)
-        self._closed.set()
-        self._poller.join()
-        self._producer.poll(0)
+        try:
+            remaining = self.flush(timeout)
+        finally:
+            self._closed.set()
+            self._poller.join()
+        self._serve(self._producer.poll, 0)
         if remaining:
             raise ProduceError(f"{remaining} records were still undelivered after {timeout:g}s", topic="*")
 
@@ -351,7 +409,13 @@ class Producer:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except ProducerError as failed:  # the block's own error says more: not raised over it
+            logger.warning("closing the producer after %s failed: %s", type(exc).__name__, failed)
 
     @property
     def client(self) -> confluent_kafka.Producer:
@@ -362,8 +426,12 @@ class Producer:
         while not self._closed.is_set():
             try:
                 self._producer.poll(0.1)
-            except Exception:  # a callback raised: keep serving the others
-                logger.exception("a producer callback raised")
+            except Exception as exc:  # a callback raised: keep serving the others
+                failure = _failed(exc)
+                if isinstance(failure, ProduceError):  # the client's fatal error: one line
+                    logger.error("%s", failure)
+                else:
+                    logger.exception("a producer callback raised")
 
     @staticmethod
     def _on_error(err: confluent_kafka.KafkaError) -> None:

@@ -266,6 +266,69 @@ def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> bool:
     return True
 
 
+def _move(
+    producer: TransactionalProducer,
+    chosen: Sequence[DeadLetter],
+    moved: list[Moved],
+    *,
+    dlq_topic: str,
+    to: str | None,
+    partitions: dict[str, int],
+    redrive_id: str,
+    batch_size: int,
+    progress: Progress | None,
+) -> None:
+    """Send ``chosen`` a batch per transaction, each letter with its ledger entry, adding to
+    ``moved`` what each commit made (and only that). Raise :class:`RedriveError` for a letter
+    refused or a fence, naming how many were recorded."""
+    try:
+        for start in range(0, len(chosen), batch_size):
+            batch = chosen[start : start + batch_size]
+            sent: list[Moved] = []  # moved once the transaction commits
+            with producer.transaction() as txn:
+                futures = []
+                for letter in batch:
+                    kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
+                    target = to or letter.original_topic or ""
+                    futures.append(
+                        txn.send(
+                            target,
+                            letter.value,
+                            key=letter.key,
+                            headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
+                            partition=planned_partition(letter, target, partitions),
+                        )
+                    )
+                if producer.flush(60):
+                    raise RedriveError("the re-sent records were not acknowledged in time")
+                now = datetime.now(UTC).isoformat()
+                for letter, fut in zip(batch, futures, strict=True):
+                    try:
+                        meta = fut.result(0)
+                    except ProduceError as exc:  # the transaction is aborted on the way out
+                        raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
+                    entry = {
+                        "redrive_id": redrive_id,
+                        "target_topic": meta.topic,
+                        "target_partition": meta.partition,
+                        "target_offset": meta.offset,
+                        "at": now,
+                    }
+                    txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
+                    sent.append(
+                        Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
+                    )
+            moved.extend(sent)
+            if progress is not None:
+                progress(len(moved), len(chosen))
+    # a commit refused, or the client's fatal error out of a send or the flush: another redrive's
+    # producer fenced this one
+    except (TransactionError, ProduceError) as exc:
+        if exc.kafka_error is not None and _is_fenced(exc.kafka_error):
+            raise _fenced(dlq_topic, exc.kafka_error, recorded=len(moved)) from None
+        raise
+
+
 def redrive(
     bootstrap: str,
     dlq_topic: str,
@@ -323,54 +386,37 @@ def redrive(
         value_serde="bytes",
         extra={"logger": client_logger, "batch.size": min(1_000_000, *limits.values())},
     )
-    with producer:
-        if not force and not created:
-            # the producer's start fenced any redrive of this topic still running: it commits
-            # nothing more, and what it committed is in the ledger now. Read after the fence,
-            # so two redrives started together never both move a letter (a ledger this run
-            # created had no other run's entries before the fence)
-            chosen, skipped = since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
-        try:
-            for start in range(0, len(chosen), batch_size):
-                batch = chosen[start : start + batch_size]
-                with producer.transaction() as txn:
-                    futures = []
-                    for letter in batch:
-                        kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
-                        target = to or letter.original_topic or ""
-                        futures.append(
-                            txn.send(
-                                target,
-                                letter.value,
-                                key=letter.key,
-                                headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
-                                partition=planned_partition(letter, target, partitions),
-                            )
-                        )
-                    if producer.flush(60):
-                        raise RedriveError("the re-sent records were not acknowledged in time")
-                    now = datetime.now(UTC).isoformat()
-                    for letter, fut in zip(batch, futures, strict=True):
-                        try:
-                            meta = fut.result(0)
-                        except ProduceError as exc:  # the transaction is aborted on the way out
-                            raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
-                        entry = {
-                            "redrive_id": redrive_id,
-                            "target_topic": meta.topic,
-                            "target_partition": meta.partition,
-                            "target_offset": meta.offset,
-                            "at": now,
-                        }
-                        txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
-                        moved.append(
-                            Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
-                        )
-                if progress is not None:
-                    progress(len(moved), len(chosen))
-        except TransactionError as exc:  # a commit refused: another redrive's producer fenced this one
-            if exc.kafka_error is not None and _is_fenced(exc.kafka_error):
-                raise _fenced(dlq_topic, exc.kafka_error, recorded=len(moved)) from None
+    finished = False
+    try:
+        with producer:
+            if not force and not created:
+                # the producer's start fenced any redrive of this topic still running: it commits
+                # nothing more, and what it committed is in the ledger now. Read after the fence,
+                # so two redrives started together never both move a letter (a ledger this run
+                # created had no other run's entries before the fence)
+                chosen, skipped = since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
+            _move(
+                producer,
+                chosen,
+                moved,
+                dlq_topic=dlq_topic,
+                to=to,
+                partitions=partitions,
+                redrive_id=redrive_id,
+                batch_size=batch_size,
+                progress=progress,
+            )
+            finished = True
+    except ProduceError as exc:  # out of the close
+        if not (finished and exc.kafka_error is not None and _is_fenced(exc.kafka_error)):
             raise
+        # another redrive's producer fenced this one as it closed, after its last commit
+        logger.warning(
+            "another redrive of %s fenced this one as it closed (%s): the %d letter(s) it moved were "
+            "recorded",
+            dlq_topic,
+            exc.kafka_error.str(),
+            len(moved),
+        )
     logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
     return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped, repeats)

@@ -36,7 +36,7 @@ from typing import Any
 
 import confluent_kafka
 
-from laneway.kafka.producer import Headers, Producer, ProducerError, RecordMetadata
+from laneway.kafka.producer import Headers, Producer, ProducerError, RecordMetadata, client_error
 
 __all__ = [
     "Transaction",
@@ -157,9 +157,14 @@ class TransactionalProducer(Producer):
     def _call(self, name: str, *args: Any) -> None:
         try:
             getattr(self.client, name)(*args)
-        except confluent_kafka.KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            kerr = err if isinstance(err, confluent_kafka.KafkaError) else None
+        except (confluent_kafka.KafkaException, SystemError) as exc:
+            # a commit flushes, so delivery callbacks run in it: a fatal error set before them comes
+            # out as a SystemError, the KafkaException its cause (laneway.kafka.producer.client_error)
+            kerr = client_error(exc)
+            if isinstance(exc, SystemError) and kerr is None:
+                if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                    raise KeyboardInterrupt from None  # Ctrl-C inside a delivery callback
+                raise
             text = kerr.str() if kerr is not None else str(exc)
             raise TransactionError(f"{name} failed for {self.transactional_id!r}: {text}", kerr) from exc
 

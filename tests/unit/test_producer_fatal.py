@@ -1,0 +1,109 @@
+"""A producer's fatal error (a transactional producer fenced by a newer one with its id) as
+confluent-kafka raises it out of a flush or poll: a ``SystemError`` ("... returned a result with
+an exception set") whose cause is the ``KafkaException``, when delivery callbacks ran after the
+client set the error. A fenced redrive's close ended in that SystemError, over the clear message
+the redrive gives for a fence elsewhere.
+
+No broker: :class:`tests.unit.redrive_fakes.FakeClient` raises as confluent-kafka does. (Which
+call meets the fence on a real broker, the producer's poll thread or the main thread's flush, is
+a race, so a broker cannot show the close's path on demand.)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import confluent_kafka
+import pytest
+
+from laneway.kafka import redrive as rd
+from laneway.kafka.producer import ProduceError, Producer
+from laneway.kafka.transactions import TransactionalProducer, TransactionError
+from tests.unit.redrive_fakes import DLQ, FakeBroker, FakeClient, fatal_error, system_error
+from tests.unit.redrive_fakes import broker as broker  # the fixture
+
+
+def _producer(monkeypatch: pytest.MonkeyPatch, client: FakeClient) -> Producer:
+    monkeypatch.setattr(confluent_kafka, "Producer", lambda config: client)
+    return Producer("127.0.0.1:1", value_serde="bytes")
+
+
+def test_close_raises_the_fatal_error_as_a_produce_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FakeClient({}, fence=("close", 0))
+    producer = _producer(monkeypatch, client)
+    with pytest.raises(ProduceError, match="the producer failed for good: Producer fenced") as raised:
+        producer.close()
+    assert raised.value.kafka_error is not None and raised.value.kafka_error.fatal()
+    assert isinstance(raised.value.__cause__, SystemError)
+    assert not producer._poller.is_alive()  # stopped all the same
+    producer.close()  # closed: nothing more
+
+
+def test_the_block_s_own_error_is_not_hidden_by_the_close_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = _producer(monkeypatch, FakeClient({}, fence=("close", 0)))
+    with pytest.raises(ValueError, match="the block's"), producer:
+        raise ValueError("the block's")
+
+
+def test_the_poll_thread_logs_the_fatal_error_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = FakeClient({}, poll_raises=system_error(fatal_error()))
+    caplog.set_level(logging.ERROR, logger="laneway.kafka.producer")
+    producer = _producer(monkeypatch, client)
+    assert client.polled.wait(30)
+    producer.close()  # joins the poll thread: what it logged is logged
+    lines = [(r.getMessage(), r.exc_info) for r in caplog.records if r.name == "laneway.kafka.producer"]
+    assert lines == [("the producer failed for good: Producer fenced by newer instance", None)]
+
+
+def test_a_transaction_call_that_meets_the_fatal_error_is_a_transaction_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit flushes: its delivery callbacks can run after the fatal error too."""
+    client = FakeClient({})
+    monkeypatch.setattr(confluent_kafka, "Producer", lambda config: client)
+    producer = TransactionalProducer("127.0.0.1:1", transactional_id="t")
+
+    def commit(timeout: float) -> None:
+        raise system_error(fatal_error())
+
+    monkeypatch.setattr(client, "commit_transaction", commit)
+    producer.begin()
+    with pytest.raises(TransactionError, match="commit_transaction failed for 't'") as raised:
+        producer.commit()
+    assert raised.value.fatal
+    producer._closed.set()
+
+
+@pytest.mark.parametrize(
+    "fence",
+    [("reports", 2), ("flush", 2), ("commit", 2)],
+    ids=["delivery-reports-then-close", "batch-flush", "commit"],
+)
+def test_a_fenced_redrive_says_so_and_what_it_recorded(broker: FakeBroker, fence: tuple[str, int]) -> None:
+    broker.fence = fence
+    with pytest.raises(rd.RedriveError) as raised:
+        rd.redrive("127.0.0.1:1", DLQ, batch_size=2)
+    # a delivery report carries the broker's error; the flush and the commit the client's fatal one
+    kerr = confluent_kafka.KafkaError(confluent_kafka.KafkaError._FENCED) if fence[0] == "reports" else None
+    reason = kerr.str() if kerr is not None else "Producer fenced by newer instance"
+    assert str(raised.value) == (
+        f"another redrive of {DLQ} started and fenced this one ({reason}): 2 letter(s) were sent and "
+        "recorded, the last batch was not; the other run skips what was recorded"
+    )
+    assert broker.sent == [b"k0", b"k1"] and len(broker.recorded) == 2  # the first batch only
+
+
+def test_a_redrive_fenced_as_it_closed_reports_what_it_moved(
+    broker: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every batch was committed before the fence: the redrive is done, and says it was fenced."""
+    broker.fence = ("close", 0)
+    report = rd.redrive("127.0.0.1:1", DLQ, batch_size=2)
+    assert len(report.moved) == 6 and len(broker.sent) == 6
+    assert any(
+        "fenced this one as it closed" in r.getMessage()
+        and "the 6 letter(s) it moved were recorded" in r.getMessage()
+        for r in caplog.records
+    )

@@ -185,7 +185,8 @@ def _read_topic(
     enough: set[int] | None = None,
 ) -> Iterator[confluent_kafka.Message]:
     """Every record of ``topic`` from the beginning to its end as of now; the caller may add a
-    partition to ``enough`` to have no more of its records."""
+    partition to ``enough`` to have no more of its records. ``progress`` hears of the total
+    before the first record."""
     consumer = tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
@@ -203,6 +204,8 @@ def _read_topic(
                 pending.add(p)
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
         done = 0
+        if progress is not None:
+            progress(done, total)  # the total is known: no "0/?" while the first records come
         deadline = time.monotonic() + timeout
         while pending - (enough or set()):
             if time.monotonic() > deadline:
@@ -318,11 +321,17 @@ class LedgerEntry:
     at: str
 
 
-def read_ledger(bootstrap: str, dlq_topic: str) -> dict[str, LedgerEntry]:
+def read_ledger(
+    bootstrap: str,
+    dlq_topic: str,
+    *,
+    progress: Progress | None = None,
+) -> dict[str, LedgerEntry]:
     """What earlier redrives of ``dlq_topic`` moved, by DLQ record (empty when none ran)."""
     entries: dict[str, LedgerEntry] = {}
+    name = ledger_topic(dlq_topic)
     try:
-        for msg in _read_topic(bootstrap, ledger_topic(dlq_topic), read_committed=True):
+        for msg in _read_topic(bootstrap, name, read_committed=True, progress=progress):
             key = (msg.key() or b"").decode()
             value = msg.value()
             if value is None:  # a tombstone forgets the entry

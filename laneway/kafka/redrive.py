@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -70,7 +70,7 @@ from laneway.kafka.producer import TOO_LARGE, ProduceError
 from laneway.kafka.redrive_plan import choose, planned_partition, since
 from laneway.kafka.transactions import TransactionalProducer, TransactionError
 
-__all__ = ["Moved", "RedriveError", "RedriveReport", "redrive"]
+__all__ = ["Moved", "Reading", "RedriveError", "RedriveReport", "redrive"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,11 @@ class RedriveReport:
     skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
     #: letters of a record this redrive moves from another letter, each with that letter
     repeats: tuple[tuple[DeadLetter, DeadLetter], ...] = ()
+
+
+#: called with each topic a redrive reads before it moves anything (its ledger, the dead-letter
+#: topic), it gives the progress callback of that read
+Reading = Callable[[str], Progress | None]
 
 
 def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 30.0) -> dict[str, DeadLetter]:
@@ -281,6 +286,8 @@ def _move(
     """Send ``chosen`` a batch per transaction, each letter with its ledger entry, adding to
     ``moved`` what each commit made (and only that). Raise :class:`RedriveError` for a letter
     refused or a fence, naming how many were recorded."""
+    if progress is not None:
+        progress(0, len(chosen))  # the moving begins: its total is known
     try:
         for start in range(0, len(chosen), batch_size):
             batch = chosen[start : start + batch_size]
@@ -340,6 +347,7 @@ def redrive(
     dry_run: bool = False,
     batch_size: int = 500,
     progress: Progress | None = None,
+    reading: Reading | None = None,
 ) -> RedriveReport:
     """Send matching dead letters back to their original topic (or ``to``), recording each in the ledger.
 
@@ -349,11 +357,20 @@ def redrive(
     them. When the record goes to another topic, has no such header, or the topic no longer
     has that partition, the producer's key-based partitioner (murmur2) chooses, as for any
     new record. A dry run reports the planned partition when it is known (None otherwise).
+
+    Progress: ``reading`` is called with each topic read before anything moves (the ledger, the
+    dead-letter topic, the ledger again once the producer fenced any other redrive) and gives
+    that read's callback (records read, records in all); ``progress`` hears (moved, to move)
+    as the moving begins and after each batch.
     """
     if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
         raise InvalidInputError(f"limit must be 1 or more, not {limit}")
     admin = connect(bootstrap)
-    ledger = read_ledger(bootstrap, dlq_topic)
+
+    def read_progress(topic: str) -> Progress | None:
+        return None if reading is None else reading(topic)
+
+    ledger = read_ledger(bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)))
     recorded: dict[Origin, LedgerEntry] = {}  # origins a ledgered letter has
 
     def note(letter: DeadLetter) -> None:  # every letter, the ones the filters leave out too
@@ -361,7 +378,13 @@ def redrive(
         if entry is not None and letter.origin is not None:
             recorded.setdefault(letter.origin, entry)
 
-    letters = read_dead_letters(bootstrap, dlq_topic, filters=filters, seen=note if ledger else None)
+    letters = read_dead_letters(
+        bootstrap,
+        dlq_topic,
+        filters=filters,
+        seen=note if ledger else None,
+        progress=read_progress(dlq_topic),
+    )
     chosen, skipped, repeats = choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
@@ -394,7 +417,8 @@ def redrive(
                 # nothing more, and what it committed is in the ledger now. Read after the fence,
                 # so two redrives started together never both move a letter (a ledger this run
                 # created had no other run's entries before the fence)
-                chosen, skipped = since(chosen, skipped, ledger, read_ledger(bootstrap, dlq_topic))
+                fresh = read_ledger(bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)))
+                chosen, skipped = since(chosen, skipped, ledger, fresh)
             _move(
                 producer,
                 chosen,

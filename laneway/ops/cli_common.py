@@ -15,7 +15,7 @@ import orjson
 import typer
 from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from laneway.kafka import admin as ka
 from laneway.kafka import dlq_reader as dr
@@ -25,7 +25,18 @@ from laneway.kafka.producer import ProducerError
 from laneway.kafka.secrets import refusal_text
 from laneway.ops.bootstrap import resolve_bootstrap
 
-__all__ = ["Json", "age", "connect", "console", "echo_json", "fail", "opt", "progress_bar", "tool_errors"]
+__all__ = [
+    "Json",
+    "age",
+    "connect",
+    "console",
+    "echo_json",
+    "fail",
+    "opt",
+    "progress_bar",
+    "progress_stages",
+    "tool_errors",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -73,26 +84,38 @@ def echo_json(data: Any) -> None:
 
 
 @contextmanager
-def progress_bar(label: str) -> Iterator[dr.Progress]:
-    """A progress bar on stderr; yields the callback the long operations take. Nothing is
-    drawn when stderr is not a terminal (a pipe, a file, a test): no stray blank line there."""
+def progress_stages() -> Iterator[Callable[[str], dr.Progress]]:
+    """Progress bars on stderr, one per stage of a long operation (reading a topic, then moving
+    what was read, say): yields ``stage(label)``, which gives the callback of a bar labelled
+    ``label``. A bar appears at its callback's first call, which brings its total, below the bars
+    of the stages before it: no ``0/?`` bar waits while an earlier stage runs. Nothing is drawn
+    when stderr is not a terminal (a pipe, a file, a test): no stray blank line there."""
     err = console(stderr=True)
     if not err.is_terminal:
-        yield lambda done, total: None
+        yield lambda label: lambda done, total: None
         return
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=None)
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def stage(label: str) -> dr.Progress:
+            task: TaskID | None = None
 
-        yield update
+            def update(done: int, total: int) -> None:
+                nonlocal task
+                if task is None:
+                    task = bar.add_task(label, total=total)
+                bar.update(task, completed=done, total=total)
+
+            return update
+
+        yield stage
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[dr.Progress]:
+    """One bar of :func:`progress_stages`; yields the callback the long operations take."""
+    with progress_stages() as stage:
+        yield stage(label)
 
 
 def age(seconds: float | None) -> str:

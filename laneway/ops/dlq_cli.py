@@ -192,7 +192,14 @@ def dlq_redrive(
         _check_limit(limit)
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
-    with common.progress_bar(f"redriving {topic}") as progress:
+    with common.progress_stages() as stage:  # a bar per read, then the moving one
+        read: set[str] = set()
+
+        def reading(name: str) -> dr.Progress:  # the ledger is read again once the producer fenced
+            again = " again" if name in read else ""
+            read.add(name)
+            return stage(f"reading {name}{again}")
+
         report = rd.redrive(
             address,
             topic,
@@ -201,7 +208,8 @@ def dlq_redrive(
             limit=limit,
             force=force,
             dry_run=dry_run,
-            progress=progress,
+            progress=stage(f"redriving {topic}"),
+            reading=reading,
         )
     if json:
         common.echo_json(

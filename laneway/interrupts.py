@@ -9,7 +9,8 @@ The first SIGINT (or SIGTERM) calls ``stop`` once; a SIGINT also says on stderr,
 ``stopping... (Ctrl-C again to exit now)``. A SIGINT after that exits the process at once
 with status 130, without waiting for the drain, the final commits or any thread: records
 processed but not committed yet are consumed again on the next start, which the
-at-least-once contract allows. A repeated SIGTERM changes nothing (supervisors send one,
+at-least-once contract allows (a command for which that line is wrong gives its own,
+``forced_message``). A repeated SIGTERM changes nothing (supervisors send one,
 then SIGKILL). ``stop`` may raise (``KeyboardInterrupt`` for a command whose graceful stop
 is unwinding its main thread): the exception comes out where the main thread was.
 
@@ -57,9 +58,16 @@ class Interrupts:
     """The state the signal handlers share. Only the main thread touches it: Python runs
     signal handlers there, between two bytecodes of whatever the main thread was doing."""
 
-    def __init__(self, stop: Callable[[], None], *, before_exit: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        stop: Callable[[], None],
+        *,
+        before_exit: Callable[[], None] | None = None,
+        forced_message: Callable[[], str] | None = None,
+    ) -> None:
         self._stop = stop
         self._before_exit = before_exit
+        self._forced_message = forced_message
         #: the first stop signal received, None until then
         self.received: int | None = None
 
@@ -76,7 +84,11 @@ class Interrupts:
 
     def exit_now(self) -> None:
         """Exit the process at once with :data:`FORCED_EXIT`."""
-        _say(FORCED_MESSAGE)
+        message = FORCED_MESSAGE
+        if self._forced_message is not None:
+            with suppress(Exception):  # the exit matters more than the words
+                message = self._forced_message()
+        _say(message)
         if self._before_exit is not None:
             with suppress(Exception):  # the exit matters more than the clean-up
                 self._before_exit()
@@ -95,11 +107,15 @@ def _say(line: str) -> None:
 
 @contextmanager
 def graceful_interrupts(
-    stop: Callable[[], None], *, before_exit: Callable[[], None] | None = None
+    stop: Callable[[], None],
+    *,
+    before_exit: Callable[[], None] | None = None,
+    forced_message: Callable[[], str] | None = None,
 ) -> Iterator[Interrupts]:
     """SIGINT and SIGTERM call ``stop`` once; a second SIGINT exits with status 130 at once,
-    after calling ``before_exit`` (e.g. to kill a child process the exit would orphan)."""
-    interrupts = Interrupts(stop, before_exit=before_exit)
+    after calling ``before_exit`` (e.g. to kill a child process the exit would orphan). The
+    forced exit says :data:`FORCED_MESSAGE`, or what ``forced_message()`` returns."""
+    interrupts = Interrupts(stop, before_exit=before_exit, forced_message=forced_message)
     if threading.current_thread() is not threading.main_thread():
         yield interrupts
         return

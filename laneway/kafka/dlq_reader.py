@@ -5,11 +5,15 @@
     letters = read_dead_letters(bootstrap, "orders.dlq", filters=parse_filters(["error.type=ValueError"]))
     ledger = read_ledger(bootstrap, "orders.dlq")   # {ledger key: LedgerEntry}
 
+Both take a ``stop`` event: once it is set they stop reading and return what they read so far,
+which the caller, having set it, drops (``laneway dlq redrive`` on Ctrl-C).
+
 Errors: the :mod:`laneway.kafka.admin` ones (unknown topic, malformed filter, unreachable broker).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -183,10 +187,11 @@ def _read_topic(
     progress: Progress | None = None,
     timeout: float = 120.0,
     enough: set[int] | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[confluent_kafka.Message]:
     """Every record of ``topic`` from the beginning to its end as of now; the caller may add a
     partition to ``enough`` to have no more of its records. ``progress`` hears of the total
-    before the first record."""
+    before the first record; a set ``stop`` ends the reading early."""
     consumer = tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
@@ -208,6 +213,8 @@ def _read_topic(
             progress(done, total)  # the total is known: no "0/?" while the first records come
         deadline = time.monotonic() + timeout
         while pending - (enough or set()):
+            if stop is not None and stop.is_set():
+                return
             if time.monotonic() > deadline:
                 raise AdminError(f"reading {topic!r} took longer than {timeout:g}s")
             msg = consumer.poll(0.2)
@@ -240,6 +247,7 @@ def read_dead_letters(
     limit: int | None = None,
     progress: Progress | None = None,
     seen: Callable[[DeadLetter], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> list[DeadLetter]:
     """The records of dead-letter topic ``topic`` that match every filter, by partition and offset:
     partition 0's from its lowest offset up, then partition 1's, and so on. ``limit`` keeps the first
@@ -258,7 +266,9 @@ def read_dead_letters(
     # with a limit: a partition that has ``limit`` matches needs no more (its later offsets come after)
     matched: dict[int, int] = {}
     enough: set[int] = set()
-    for msg in _read_topic(bootstrap, topic, read_committed=True, progress=progress, enough=enough):
+    for msg in _read_topic(
+        bootstrap, topic, read_committed=True, progress=progress, enough=enough, stop=stop
+    ):
         raw = tuple(header_item(item) for item in (msg.headers() or ()))
         ts_type, ts = msg.timestamp()
         letter = DeadLetter(
@@ -281,7 +291,7 @@ def read_dead_letters(
             matched[letter.partition] = matched.get(letter.partition, 0) + 1
             if limit is not None and matched[letter.partition] >= limit:
                 enough.add(letter.partition)
-    if read and unseen:
+    if read and unseen and not (stop is not None and stop.is_set()):  # a part read has not seen all
         raise InvalidInputError(
             f"no record of {topic} has the field {', '.join(sorted(unseen))}: filter on key, partition, "
             f"offset or a header, such as error.type, reason or original.topic (laneway dlq show {topic})"
@@ -326,12 +336,13 @@ def read_ledger(
     dlq_topic: str,
     *,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, LedgerEntry]:
     """What earlier redrives of ``dlq_topic`` moved, by DLQ record (empty when none ran)."""
     entries: dict[str, LedgerEntry] = {}
     name = ledger_topic(dlq_topic)
     try:
-        for msg in _read_topic(bootstrap, name, read_committed=True, progress=progress):
+        for msg in _read_topic(bootstrap, name, read_committed=True, progress=progress, stop=stop):
             key = (msg.key() or b"").decode()
             value = msg.value()
             if value is None:  # a tombstone forgets the entry

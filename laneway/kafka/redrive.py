@@ -27,6 +27,10 @@ target's ``max.message.bytes``, so letters that fit one by one are never refused
 The dead letters and the ledger are read by :mod:`laneway.kafka.dlq_reader`. Which letters
 move, and to which partition, is decided in :mod:`laneway.kafka.redrive_plan`.
 
+A ``stop`` event (``laneway dlq redrive`` sets it on Ctrl-C) ends a redrive between two batches:
+what it committed stays moved and recorded, the report says ``interrupted`` and how many letters
+are ``left``, and the same redrive run again goes on where it stopped (the ledger names what moved).
+
 Errors: :class:`RedriveError` (an :class:`laneway.kafka.admin.AdminError`) and the
 admin errors (unknown topic, unreachable broker).
 """
@@ -34,6 +38,7 @@ admin errors (unknown topic, unreachable broker).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -100,6 +105,11 @@ class RedriveReport:
     skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
     #: letters of a record this redrive moves from another letter, each with that letter
     repeats: tuple[tuple[DeadLetter, DeadLetter], ...] = ()
+    #: a stop ended it early: ``moved`` is what it moved and recorded before
+    interrupted: bool = False
+    #: the letters it chose and did not move (interrupted); None when it stopped before it chose
+    #: them (while it read the ledger or the dead-letter topic)
+    left: int | None = 0
 
 
 #: called with each topic a redrive reads before it moves anything (its ledger, the dead-letter
@@ -282,14 +292,17 @@ def _move(
     redrive_id: str,
     batch_size: int,
     progress: Progress | None,
+    stop: threading.Event | None,
 ) -> None:
     """Send ``chosen`` a batch per transaction, each letter with its ledger entry, adding to
-    ``moved`` what each commit made (and only that). Raise :class:`RedriveError` for a letter
-    refused or a fence, naming how many were recorded."""
+    ``moved`` what each commit made (and only that); stop before the next batch once ``stop`` is set.
+    Raise :class:`RedriveError` for a letter refused or a fence, naming how many were recorded."""
     if progress is not None:
         progress(0, len(chosen))  # the moving begins: its total is known
     try:
         for start in range(0, len(chosen), batch_size):
+            if stop is not None and stop.is_set():
+                return
             batch = chosen[start : start + batch_size]
             sent: list[Moved] = []  # moved once the transaction commits
             with producer.transaction() as txn:
@@ -348,6 +361,7 @@ def redrive(
     batch_size: int = 500,
     progress: Progress | None = None,
     reading: Reading | None = None,
+    stop: threading.Event | None = None,
 ) -> RedriveReport:
     """Send matching dead letters back to their original topic (or ``to``), recording each in the ledger.
 
@@ -362,15 +376,26 @@ def redrive(
     dead-letter topic, the ledger again once the producer fenced any other redrive) and gives
     that read's callback (records read, records in all); ``progress`` hears (moved, to move)
     as the moving begins and after each batch.
+
+    ``stop``: once set, the redrive stops before its next batch, or, while it reads, before it
+    sends anything; the report says ``interrupted`` and how many chosen letters are ``left``.
     """
     if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
         raise InvalidInputError(f"limit must be 1 or more, not {limit}")
     admin = connect(bootstrap)
+    redrive_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
 
     def read_progress(topic: str) -> Progress | None:
         return None if reading is None else reading(topic)
 
-    ledger = read_ledger(bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)))
+    # stopped while reading: what was read is dropped, nothing is chosen or sent
+    cut = RedriveReport(redrive_id, dlq_topic, dry_run, (), (), interrupted=True, left=None)
+    ledger = read_ledger(bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)), stop=stop)
+    if stopped():
+        return cut
     recorded: dict[Origin, LedgerEntry] = {}  # origins a ledgered letter has
 
     def note(letter: DeadLetter) -> None:  # every letter, the ones the filters leave out too
@@ -384,19 +409,25 @@ def redrive(
         filters=filters,
         seen=note if ledger else None,
         progress=read_progress(dlq_topic),
+        stop=stop,
     )
+    if stopped():
+        return cut
     chosen, skipped, repeats = choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
-    redrive_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     if dry_run or not chosen:
         planned = []
         for x in chosen:
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, planned_partition(x, target, partitions)))
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
+    if stopped():
+        return RedriveReport(
+            redrive_id, dlq_topic, False, (), skipped, repeats, interrupted=True, left=len(chosen)
+        )
     created = _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
@@ -416,8 +447,11 @@ def redrive(
                 # the producer's start fenced any redrive of this topic still running: it commits
                 # nothing more, and what it committed is in the ledger now. Read after the fence,
                 # so two redrives started together never both move a letter (a ledger this run
-                # created had no other run's entries before the fence)
-                fresh = read_ledger(bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)))
+                # created had no other run's entries before the fence). Stopped during this read,
+                # the redrive sends nothing (_move looks at the stop first)
+                fresh = read_ledger(
+                    bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)), stop=stop
+                )
                 chosen, skipped = since(chosen, skipped, ledger, fresh)
             _move(
                 producer,
@@ -429,6 +463,7 @@ def redrive(
                 redrive_id=redrive_id,
                 batch_size=batch_size,
                 progress=progress,
+                stop=stop,
             )
             finished = True
     except ProduceError as exc:  # out of the close
@@ -442,5 +477,8 @@ def redrive(
             exc.kafka_error.str(),
             len(moved),
         )
+    left = len(chosen) - len(moved)
     logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
-    return RedriveReport(redrive_id, dlq_topic, False, tuple(moved), skipped, repeats)
+    return RedriveReport(
+        redrive_id, dlq_topic, False, tuple(moved), skipped, repeats, interrupted=left > 0, left=left
+    )

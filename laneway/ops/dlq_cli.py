@@ -2,10 +2,17 @@
 
 The logic lives in :mod:`laneway.kafka.dlq_reader` and :mod:`laneway.kafka.redrive`;
 :mod:`laneway.ops.kafka_cli` adds ``dlq_app`` to the root app.
+
+Ctrl-C (or SIGTERM) stops a redrive once its batch in flight is committed: it prints its report
+(what was moved and recorded so far), says it was interrupted, how many records are left and that
+the same command goes on where it stopped, and exits with 128 + the signal (130 for Ctrl-C). A
+second Ctrl-C exits at once: the batch in flight is not committed, and not in the ledger.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -14,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from laneway.engine.events import _key_text as key_text  # the log lines' form of a key: one rule
+from laneway.interrupts import graceful_interrupts
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
@@ -192,13 +200,32 @@ def dlq_redrive(
         _check_limit(limit)
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
-    with common.progress_stages() as stage:  # a bar per read, then the moving one
+    stop = threading.Event()
+    recorded = [0]  # moved and recorded so far, for a second Ctrl-C's last words
+
+    def forced() -> str:
+        return (
+            f"exiting now: {recorded[0]} record(s) were moved and recorded in {dr.ledger_topic(topic)}; "
+            "the batch in flight is not committed (read_committed readers never see it, the ledger does "
+            "not name it). Run the same command again to go on"
+        )
+
+    # Ctrl-C: the batch in flight is committed, then the report; a second Ctrl-C exits at once
+    with (
+        graceful_interrupts(stop.set, forced_message=forced) as interrupts,
+        common.progress_stages() as stage,
+    ):
+        moving = stage(f"redriving {topic}")
         read: set[str] = set()
 
         def reading(name: str) -> dr.Progress:  # the ledger is read again once the producer fenced
             again = " again" if name in read else ""
             read.add(name)
             return stage(f"reading {name}{again}")
+
+        def progress(done: int, total: int) -> None:
+            recorded[0] = done
+            moving(done, total)
 
         report = rd.redrive(
             address,
@@ -208,9 +235,38 @@ def dlq_redrive(
             limit=limit,
             force=force,
             dry_run=dry_run,
-            progress=stage(f"redriving {topic}"),
+            progress=progress,
             reading=reading,
+            stop=stop,
         )
+    _print_redrive(report, json=json)
+    if report.interrupted:
+        typer.secho(_interrupted(report, limit), err=True)
+        raise typer.Exit(128 + (interrupts.received or signal.SIGINT))
+
+
+def _interrupted(report: rd.RedriveReport, limit: int | None) -> str:
+    """The line of a redrive a signal stopped: what it did, what is left, how to go on."""
+    topic = report.dlq_topic
+    if report.left is None:  # stopped while reading: nothing was chosen
+        if report.dry_run:
+            return f"interrupted while reading {topic}: the dry run stopped, nothing changed"
+        return (
+            f"interrupted while reading {topic} and its ledger: nothing was moved. "
+            "Run the same command again to redrive"
+        )
+    done = len(report.moved)
+    more = f" (with --limit {limit}: up to {limit} more)" if limit is not None else ""
+    return (
+        f"interrupted: moved {done} of {done + report.left} record(s), each recorded in "
+        f"{dr.ledger_topic(topic)}; {report.left} left. Run the same command again: it skips what was "
+        f"recorded and goes on where this one stopped{more}"
+    )
+
+
+def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
+    """A redrive's report: a table of what moved, what was skipped and why (or JSON)."""
+    topic, dry_run = report.dlq_topic, report.dry_run
     if json:
         common.echo_json(
             {
@@ -225,6 +281,8 @@ def dlq_redrive(
                     {"dlq_partition": x.partition, "dlq_offset": x.offset, "duplicate_of": _position(first)}
                     for x, first in report.repeats
                 ],
+                "interrupted": report.interrupted,
+                "left": report.left,
             }
         )
         return
@@ -256,5 +314,5 @@ def dlq_redrive(
         console.print("dry run: nothing changed")
     elif report.moved:
         console.print(f"redrive id {report.redrive_id}, recorded in {dr.ledger_topic(topic)}")
-    else:
+    elif not report.interrupted:
         console.print("nothing to move")

@@ -1,10 +1,14 @@
 """`laneway dlq show|redrive` through the CLI runner: error headers, filters, the ledger
-that stops a second redrive, --force, --to, and bad targets that change nothing."""
+that stops a second redrive, --force, --to, bad targets that change nothing, and a Ctrl-C."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -370,6 +374,71 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
         assert len(report.moved) + sum(1 for _ in report.skipped) == n
         assert sorted(read_ledger(kafka_bootstrap, dlq)) == sorted(f"{dlq}/0/{i}" for i in range(n))
         assert len(failed) == 1, failed  # the first run stopped at the fence
+    finally:
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)
+
+
+#: ``laneway dlq redrive ...`` whose process sends itself a SIGINT (a Ctrl-C) once the first batch
+#: (500 letters) is committed and recorded
+_CTRL_C_AFTER_THE_FIRST_BATCH = """
+import os, signal, sys
+from laneway.kafka import redrive as rd
+from laneway.ops.cli import main
+
+redrive = rd.redrive
+
+def ctrl_c_after_the_first_batch(*args, progress, **kwargs):
+    def then_ctrl_c(done, total):
+        progress(done, total)
+        if done == 500:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return redrive(*args, progress=then_ctrl_c, **kwargs)
+
+rd.redrive = ctrl_c_after_the_first_batch
+sys.argv[0] = "laneway"
+main()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_a_redrive_after_its_batch_and_the_same_command_goes_on(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory
+) -> None:
+    """Ctrl-C exited 130 without a word of what had moved. The batch in flight is committed, the
+    report says what moved and what is left, and the same command moves the rest, each once."""
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    n = 1200
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for i in range(n):
+            value, headers = dead_letter(orders, 1000 + i, f"c{i}", ValueError("bad amount"))
+            producer.send_async(dlq, value, key=f"c{i}", headers=headers)
+    command = [sys.executable, "-c", _CTRL_C_AFTER_THE_FIRST_BATCH, "dlq", "redrive", dlq]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    try:
+        first = subprocess.run(
+            [*command, "--bootstrap", kafka_bootstrap], env=env, capture_output=True, text=True, timeout=240
+        )
+        assert first.returncode == 130, first.stdout + first.stderr
+        assert "Traceback" not in first.stderr, first.stderr
+        assert first.stderr.splitlines()[-1] == (
+            f"interrupted: moved 500 of {n} record(s), each recorded in {ledger_topic(dlq)}; 700 left. Run "
+            "the same command again: it skips what was recorded and goes on where this one stopped"
+        )
+        assert "moved 500 record(s)" in first.stdout and "redrive id" in first.stdout
+        assert len(read_ledger(kafka_bootstrap, dlq)) == 500
+        assert len(read_records(kafka_bootstrap, orders, n, timeout=5, isolation="read_committed")) == 500
+
+        again = invoke(kafka_bootstrap, "dlq", "redrive", dlq)
+        assert again.exit_code == 0, again.output
+        assert (
+            "moved 700 record(s)" in again.stdout and "skipped 500 record(s) already redriven" in again.stdout
+        )
+        sent = read_records(kafka_bootstrap, orders, 2 * n, timeout=5, isolation="read_committed")
+        keys = [m.key() or b"" for m in sent]
+        assert len(keys) == n and len(set(keys)) == n
     finally:
         for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
             with contextlib.suppress(Exception):

@@ -106,6 +106,21 @@ def test_the_first_signal_stops_once_and_a_repeated_sigterm_changes_nothing(
     assert capfd.readouterr().err.splitlines() == [FIRST_MESSAGE, FORCED_MESSAGE]
 
 
+def test_a_command_gives_its_own_last_words_to_a_forced_exit(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``dlq redrive`` says what was recorded, not the app's line about records consumed again."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    done = [0]
+    state = Interrupts(lambda: None, forced_message=lambda: f"exiting now: {done[0]} recorded")
+    state.handle(signal.SIGINT)
+    done[0] = 500
+    state.handle(signal.SIGINT)
+    assert exits == [130]
+    assert capfd.readouterr().err.splitlines() == [FIRST_MESSAGE, "exiting now: 500 recorded"]
+
+
 def test_the_context_puts_the_handlers_back() -> None:
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with graceful_interrupts(lambda: None) as state:

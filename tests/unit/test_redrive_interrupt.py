@@ -1,0 +1,164 @@
+"""Ctrl-C during ``laneway dlq redrive``: the batch in flight is committed, then the command
+prints what it moved and recorded, says it was interrupted, how many letters are left and that
+the same command goes on where it stopped, and exits 130. It exited 130 with no report.
+
+Fakes stand in for the broker (tests/unit/redrive_fakes.py); the Ctrl-C is a real SIGINT the
+test's process sends itself after a given commit or record read (a count, not a time).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import orjson
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from laneway.kafka import dlq_reader as dr
+from laneway.kafka import redrive as rd
+from laneway.ops import cli_common
+from laneway.ops.kafka_cli import register
+from tests.unit.redrive_fakes import DLQ, LEDGER, FakeBroker, letter
+from tests.unit.redrive_fakes import broker as broker  # the fixture
+
+
+class _Consumer:
+    """A tool consumer over one partition of ``count`` records (for dlq_reader's own loop)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.next = count, 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = type("T", (), {"error": None, "partitions": {0: None}})()
+        return type("M", (), {"topics": {topic: meta}})()
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        return 0, self.count
+
+    def assign(self, tps: Any) -> None:
+        pass
+
+    def poll(self, timeout: float) -> Any:
+        offset, self.next = self.next, self.next + 1
+        if offset >= self.count:
+            raise AssertionError("read past the end: the EOF was not reported")
+        msg = letter(offset)
+        return type(
+            "Msg",
+            (),
+            {
+                "error": lambda self: None,
+                "partition": lambda self: 0,
+                "offset": lambda self: offset,
+                "key": lambda self: msg.key,
+                "value": lambda self: msg.value,
+                "headers": lambda self: [(k, v.encode()) for k, v in msg.info.items()],
+                "timestamp": lambda self: (1, 1_795_168_800_000),
+            },
+        )()
+
+    def close(self) -> None:
+        pass
+
+
+def _ctrl_c() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _run(*args: str) -> Any:
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(app)
+    try:
+        return CliRunner().invoke(app, list(args))
+    except KeyboardInterrupt:  # the command let Ctrl-C through, without a word
+        pytest.fail("Ctrl-C ended the redrive with a bare KeyboardInterrupt: no report")
+
+
+@pytest.fixture
+def cli(broker: FakeBroker, monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
+    monkeypatch.setattr(cli_common, "connect", lambda bootstrap: ("127.0.0.1:9092", object()))
+    return broker
+
+
+def test_a_stop_ends_the_redrive_after_the_batch_in_flight(broker: FakeBroker) -> None:
+    stop = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done == 2:  # the first batch is committed
+            stop.set()
+
+    report = rd.redrive("127.0.0.1:1", DLQ, batch_size=2, progress=progress, stop=stop)
+    assert report.interrupted and report.left == 4
+    assert [(m.dlq_partition, m.dlq_offset) for m in report.moved] == [(0, 0), (0, 1)]
+    assert broker.sent == [b"k0", b"k1"] and broker.recorded == [f"{DLQ}/0/0".encode(), f"{DLQ}/0/1".encode()]
+    assert broker.clients[0].begun == 1  # no second batch was begun
+
+    again = rd.redrive("127.0.0.1:1", DLQ, batch_size=2)  # goes on where it stopped
+    assert not again.interrupted and again.left == 0
+    assert [m.dlq_offset for m in again.moved] == [2, 3, 4, 5] and len(again.skipped) == 2
+    assert broker.sent == [f"k{i}".encode() for i in range(6)]  # each once
+
+
+@pytest.mark.parametrize("json", [False, True], ids=["table", "json"])
+def test_ctrl_c_prints_what_was_moved_and_exits_130(cli: FakeBroker, json: bool) -> None:
+    cli.letters = [letter(i) for i in range(1200)]  # three batches of the command's 500
+    cli.on_commit = lambda commits: _ctrl_c() if commits == 1 else None
+    result = _run("dlq", "redrive", DLQ, *(["--json"] if json else []))
+    assert result.exit_code == 130, result.output
+    assert len(cli.sent) == 500 and len(cli.recorded) == 500  # the batch in flight was committed
+    assert result.stderr.splitlines()[-1] == (
+        f"interrupted: moved 500 of 1200 record(s), each recorded in {LEDGER}; 700 left. Run the same "
+        "command again: it skips what was recorded and goes on where this one stopped"
+    )
+    if json:
+        report = orjson.loads(result.stdout)
+        assert report["interrupted"] is True and report["left"] == 700 and len(report["moved"]) == 500
+    else:
+        assert "moved 500 record(s)" in result.stdout and f"recorded in {LEDGER}" in result.stdout
+        assert "nothing to move" not in result.stdout
+
+    cli.on_commit = None
+    again = _run("dlq", "redrive", DLQ)
+    assert again.exit_code == 0, again.output
+    assert "moved 700 record(s)" in again.stdout and "skipped 500 record(s) already redriven" in again.stdout
+    assert sorted(cli.sent) == sorted(f"k{i}".encode() for i in range(1200))  # each once
+
+
+def test_ctrl_c_with_a_limit_says_what_the_same_command_moves(cli: FakeBroker) -> None:
+    cli.letters = [letter(i) for i in range(1200)]
+    cli.on_commit = lambda commits: _ctrl_c() if commits == 1 else None
+    result = _run("dlq", "redrive", DLQ, "--limit", "800")
+    assert result.exit_code == 130, result.output
+    assert "moved 500 of 800 record(s)" in result.stderr and "300 left" in result.stderr
+    assert result.stderr.rstrip().endswith("(with --limit 800: up to 800 more)")
+
+
+def test_ctrl_c_while_reading_moves_nothing(cli: FakeBroker) -> None:
+    cli.on_read = lambda topic, read: _ctrl_c() if (topic, read) == (DLQ, 3) else None
+    result = _run("dlq", "redrive", DLQ)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines()[-1] == (
+        f"interrupted while reading {DLQ} and its ledger: nothing was moved. Run the same command again "
+        "to redrive"
+    )
+    assert cli.clients == [] and result.stdout == ""  # no producer, no report of nothing
+
+
+def test_a_stop_ends_reading_a_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reads look at the stop between records, and say the total before the first."""
+    monkeypatch.setattr(dr, "tool_consumer", lambda *a, **k: _Consumer(5))
+    stop = threading.Event()
+    calls: list[tuple[int, int]] = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append((done, total))
+        if done == 2:
+            stop.set()
+
+    letters = dr.read_dead_letters("127.0.0.1:1", DLQ, progress=progress, stop=stop)
+    assert [x.offset for x in letters] == [0, 1]
+    assert calls == [(0, 5), (1, 5), (2, 5)]

@@ -188,7 +188,7 @@ class MetricsServer:
             raise ConfigError(
                 "metrics_server.port", f"must be a port number in [0, 65535], got {self.port!r}"
             )
-        if not isinstance(self.host, str) or not self.host:
+        if not isinstance(self.host, str) or not self.host.strip() or self.host != self.host.strip():
             raise ConfigError("metrics_server.host", f"must be a host name or address, got {self.host!r}")
 
 

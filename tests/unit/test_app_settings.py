@@ -176,6 +176,8 @@ def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
         (lambda: MetricsServer(port=70000), "metrics_server.port"),
         (lambda: MetricsServer(port=True), "metrics_server.port"),
         (lambda: MetricsServer(port=9100, host=""), "metrics_server.host"),
+        (lambda: MetricsServer(port=9100, host=" "), "metrics_server.host"),  # failed only at the start
+        (lambda: MetricsServer(port=9100, host=" 127.0.0.1"), "metrics_server.host"),
         (lambda: ExactlyOnce(transactional_id=""), "exactly_once.transactional_id"),
         (lambda: App("a", bootstrap_servers="127.0.0.1:9092", timeouts={"stall": 1}), "timeouts"),
         (lambda: App("a", bootstrap_servers="127.0.0.1:9092", metrics_server=9100), "metrics_server"),

@@ -206,8 +206,22 @@ _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 def _is_fenced(kerr: confluent_kafka.KafkaError) -> bool:
+    """Whether the redrive's transactional producer met its end: fenced, or a fatal error (a
+    send after it says only ``_FATAL``), or letters purged from its queue by the abort after it.
+    Its one transactional id is shared by every redrive of the topic: another run took it."""
     code = confluent_kafka.KafkaError
-    return kerr.code() in (code._FENCED, code.PRODUCER_FENCED, code.INVALID_PRODUCER_EPOCH) or kerr.fatal()
+    return (
+        kerr.code()
+        in (
+            code._FENCED,
+            code.PRODUCER_FENCED,
+            code.INVALID_PRODUCER_EPOCH,
+            code._FATAL,
+            code._PURGE_QUEUE,
+            code._PURGE_INFLIGHT,
+        )
+        or kerr.fatal()
+    )
 
 
 def _fenced(dlq_topic: str, kerr: confluent_kafka.KafkaError, *, recorded: int) -> RedriveError:
@@ -428,7 +442,7 @@ def redrive(
         return RedriveReport(
             redrive_id, dlq_topic, False, (), skipped, repeats, interrupted=True, left=len(chosen)
         )
-    created = _ensure_ledger(admin, dlq_topic)
+    _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
     # record: no batch over the smallest target's limit (librdkafka's batch.size counts the records
@@ -443,12 +457,13 @@ def redrive(
     finished = False
     try:
         with producer:
-            if not force and not created:
+            if not force:
                 # the producer's start fenced any redrive of this topic still running: it commits
                 # nothing more, and what it committed is in the ledger now. Read after the fence,
-                # so two redrives started together never both move a letter (a ledger this run
-                # created had no other run's entries before the fence). Stopped during this read,
-                # the redrive sends nothing (_move looks at the stop first)
+                # so two redrives started together never both move a letter: a ledger this run
+                # created too, since another run may have found it and moved letters before this
+                # one's producer started. Stopped during this read, the redrive sends nothing
+                # (_move looks at the stop first)
                 fresh = read_ledger(
                     bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)), stop=stop
                 )

@@ -256,11 +256,16 @@ def _interrupted(report: rd.RedriveReport, limit: int | None) -> str:
             "Run the same command again to redrive"
         )
     done = len(report.moved)
-    more = f" (with --limit {limit}: up to {limit} more)" if limit is not None else ""
+    if limit is None:
+        again = "Run the same command again: it skips what was recorded and goes on where this one stopped"
+    else:  # the same --limit again would move up to that many more
+        again = (
+            f"Run it again with --limit {report.left} for the rest of the {limit} asked for: it skips "
+            "what was recorded and goes on where this one stopped"
+        )
     return (
         f"interrupted: moved {done} of {done + report.left} record(s), each recorded in "
-        f"{dr.ledger_topic(topic)}; {report.left} left. Run the same command again: it skips what was "
-        f"recorded and goes on where this one stopped{more}"
+        f"{dr.ledger_topic(topic)}; {report.left} left. {again}"
     )
 
 

@@ -308,6 +308,63 @@ def test_a_record_dead_lettered_twice_is_redriven_once(
                 f.result(30)
 
 
+def test_a_redrive_that_created_the_ledger_reads_it_again_after_its_fence(
+    kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first redrive of a topic creates its ledger, then starts its producer. Another run
+    that started in between found the ledger, moved every letter and committed; the first run
+    skipped the read after its fence (its ledger was new) and sent every record again (a
+    review: 3,000 letters became 6,000 records)."""
+    import threading
+
+    from laneway.kafka import redrive as rd
+
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    n = 60
+    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
+        for i in range(n):
+            value, headers = dead_letter(orders, 2000 + i, f"c{i}", ValueError("bad amount"))
+            producer.send(dlq, value, key=f"c{i}", headers=headers)
+    at_producer, other_done = threading.Event(), threading.Event()
+    real = rd.TransactionalProducer
+    main = threading.current_thread()
+
+    def slow_start(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not main:  # the first run: its ledger exists now
+            at_producer.set()
+            assert other_done.wait(120)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rd, "TransactionalProducer", slow_start)
+    reports: list[Any] = []
+    failed: list[BaseException] = []
+
+    def first_run() -> None:
+        try:
+            reports.append(rd.redrive(kafka_bootstrap, dlq, batch_size=20))
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        thread = threading.Thread(target=first_run)
+        thread.start()
+        assert at_producer.wait(60)
+        other = rd.redrive(kafka_bootstrap, dlq, batch_size=20)  # finds the ledger, moves them all
+        other_done.set()
+        thread.join(120)
+        assert not failed, failed
+        assert len(other.moved) == n
+        [first] = reports
+        assert len(first.moved) == 0 and sum(1 for _ in first.skipped) == n
+        sent = read_records(kafka_bootstrap, orders, 2 * n, timeout=5, isolation="read_committed")
+        assert len(sent) == n and len({m.key() for m in sent}) == n
+    finally:
+        other_done.set()
+        for f in kafka_admin.delete_topics([ledger_topic(dlq)], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)
+
+
 def test_two_redrives_of_a_topic_started_together_move_each_record_once(
     kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -107,3 +107,21 @@ def test_a_redrive_fenced_as_it_closed_reports_what_it_moved(
         and "the 6 letter(s) it moved were recorded" in r.getMessage()
         for r in caplog.records
     )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        confluent_kafka.KafkaError._FATAL,  # a send after the fatal error: "Local: Fatal error"
+        confluent_kafka.KafkaError._PURGE_QUEUE,  # letters purged by the abort after it
+        confluent_kafka.KafkaError._PURGE_INFLIGHT,
+    ],
+)
+def test_a_redrive_whose_producer_met_its_end_says_another_run_fenced_it(code: int) -> None:
+    """A review's fenced runs said `cannot send to '...redrive-ledger': KafkaError{code=_FATAL...}`
+    or told to raise a topic's max.message.bytes ("Purged in queue")."""
+    err = ProduceError("delivery failed", topic="orders", kafka_error=confluent_kafka.KafkaError(code))
+    letter = type("L", (), {"topic": "orders.dlq", "ledger_key": "orders.dlq/0/5"})()
+    message = str(rd._refused(letter, err, in_batch=20, recorded=40))  # type: ignore[arg-type]
+    assert message.startswith("another redrive of orders.dlq started and fenced this one")
+    assert "40 letter(s) were sent and recorded" in message and "max.message.bytes" not in message

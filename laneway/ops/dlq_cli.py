@@ -201,9 +201,11 @@ def dlq_redrive(
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
     stop = threading.Event()
-    recorded = [0]  # moved and recorded so far, for a second Ctrl-C's last words
+    recorded = [-1]  # moved and recorded so far (-1: not moving yet), for a second Ctrl-C's last words
 
     def forced() -> str:
+        if recorded[0] < 0:
+            return f"exiting now, while reading {topic} and its ledger: nothing was moved"
         return (
             f"exiting now: {recorded[0]} record(s) were moved and recorded in {dr.ledger_topic(topic)}; "
             "the batch in flight is not committed (read_committed readers never see it, the ledger does "

@@ -308,6 +308,16 @@ def test_a_record_dead_lettered_twice_is_redriven_once(
                 f.result(30)
 
 
+def _letters(bootstrap: str, make_topic: TopicFactory, n: int, *, first_offset: int) -> tuple[str, str]:
+    """A 2-partition origin topic and a dead-letter topic holding ``n`` letters of keys c0, c1, ..."""
+    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
+    with Producer(bootstrap, value_serde="bytes") as producer:
+        for i in range(n):
+            value, headers = dead_letter(orders, first_offset + i, f"c{i}", ValueError("bad amount"))
+            producer.send(dlq, value, key=f"c{i}", headers=headers)
+    return orders, dlq
+
+
 def test_a_redrive_that_created_the_ledger_reads_it_again_after_its_fence(
     kafka_bootstrap: str, kafka_admin: AdminClient, make_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -319,12 +329,8 @@ def test_a_redrive_that_created_the_ledger_reads_it_again_after_its_fence(
 
     from laneway.kafka import redrive as rd
 
-    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
     n = 60
-    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
-        for i in range(n):
-            value, headers = dead_letter(orders, 2000 + i, f"c{i}", ValueError("bad amount"))
-            producer.send(dlq, value, key=f"c{i}", headers=headers)
+    orders, dlq = _letters(kafka_bootstrap, make_topic, n, first_offset=2000)
     at_producer, other_done = threading.Event(), threading.Event()
     real = rd.TransactionalProducer
     main = threading.current_thread()
@@ -376,12 +382,8 @@ def test_two_redrives_of_a_topic_started_together_move_each_record_once(
 
     from laneway.kafka import redrive as rd
 
-    orders, dlq = make_topic(partitions=2, prefix="orders"), make_topic(partitions=1, prefix="orders-dlq")
     n = 300
-    with Producer(kafka_bootstrap, value_serde="bytes") as producer:
-        for i in range(n):
-            value, headers = dead_letter(orders, 1000 + i, f"c{i}", ValueError("bad amount"))
-            producer.send(dlq, value, key=f"c{i}", headers=headers)
+    orders, dlq = _letters(kafka_bootstrap, make_topic, n, first_offset=1000)
     paused, go_on, second, fenced = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     batches: list[int] = []
 

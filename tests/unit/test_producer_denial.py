@@ -19,15 +19,9 @@ from laneway.kafka.access import KafkaAccessDenied, as_access_error, check_opera
 from laneway.kafka.commit import AtLeastOnceCommitter, OutputError, TransactionalCommitter
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.monitor.metrics import PrometheusMetrics
+from tests.unit.test_kafka_access import SETTINGS  # a SASL client's settings, with a secret
 from tests.unit.test_output_failure import FakeConsumer, RefusingProducer, _emitting
 
-SETTINGS = {
-    "bootstrap.servers": "kafka-1:9093",
-    "security.protocol": "SASL_SSL",
-    "sasl.mechanism": "SCRAM-SHA-512",
-    "sasl.username": "app",
-    "sasl.password": "hunter2-secret",
-}
 GRANT_WRITE = "kafka-acls --add --allow-principal User:app --operation Write --topic {topic}"
 FATAL = KafkaError(
     KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Broker: Cluster authorization failed", fatal=True

@@ -219,11 +219,17 @@ def _interval_ms(trigger: str) -> int | None:
 
 class PipelineSettingsError(ConfigError):
     """:class:`PipelineSettings` refused: ``problems`` holds each bad field with its reason, in
-    the order checked, for a caller that names them its own way (the command line's options)."""
+    the order checked, for a caller that names them its own way (the command line's options).
+    ``field`` and ``reason`` are the first problem's, as any ``ConfigError`` names its field;
+    the message says every problem, each field once: ``bootstrap: must not be empty; ...``."""
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("PipelineSettings", "; ".join(f"{name}: {why}" for name, why in problems))
+        first, why = problems[0] if problems else ("PipelineSettings", "refused")
+        super().__init__(first, why)
         self.problems = list(problems)
+
+    def __str__(self) -> str:
+        return "; ".join(f"{name}: {why}" for name, why in self.problems) or super().__str__()
 
 
 def _whole(value: object) -> bool:

@@ -21,6 +21,7 @@ from laneway.interrupts import run_stoppable
 from laneway.ops.bootstrap import Bootstrap, with_client_config
 from laneway.ops.log_level import LogLevel, setup_logging
 from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER, MASTER_FORMS  # no pyspark import
+from laneway.spark.sizes import conf_size_problems
 
 __all__ = ["add_query_commands", "pipeline_app", "register"]
 
@@ -139,12 +140,16 @@ def _listed(numbers: list[int]) -> str:
 
 
 def _spark_conf(conf: list[str] | None) -> dict[str, str]:
+    """The ``--conf`` settings, each ``KEY=VALUE``; a memory size Spark or the driver's JVM would
+    refuse (``spark.driver.memory=lots``) is refused now, not as the JVM fails to start."""
     out: dict[str, str] = {}
     for item in conf or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise _fail(f"--conf wants KEY=VALUE, got {item!r}")
         out[key.strip()] = value
+    if sizes := conf_size_problems(out):
+        raise _fail("; ".join(f"--conf {key}: {why}" for key, why in sizes))
     return out
 
 

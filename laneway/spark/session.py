@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from laneway import jars
 from laneway.errors import ConfigError
 from laneway.spark.settings import master_problem
+from laneway.spark.sizes import conf_size_problems, heap_size_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,6 +86,10 @@ _SESSION_KINDS: tuple[tuple[str, type, str], ...] = (
 class SessionSettings:
     """How to build the session. Frozen and picklable.
 
+    ``driver_memory`` is the driver JVM's heap, started as ``-Xmx<driver_memory>``: a whole
+    number with a unit ``k``, ``m``, ``g`` or ``t`` (``'1g'``, ``'512m'``); the memory sizes in
+    ``conf`` (``laneway.spark.sizes.CONF_SIZES``) are checked too, before any JVM starts.
+
     ``conf`` passes any other Spark setting through (``spark.executor.memory``, ...);
     it wins over the defaults here. Two of those defaults concern anyone who adds their
     own work to the session: Spark logs through ``laneway/spark/log4j2.properties``
@@ -114,6 +119,10 @@ class SessionSettings:
             raise ConfigError(
                 "SessionSettings.shuffle_partitions", f"must be >= 1, got {self.shuffle_partitions}"
             )
+        if problem := heap_size_problem(self.driver_memory):  # before a JVM: -Xmx<driver_memory>
+            raise ConfigError("SessionSettings.driver_memory", problem)
+        if sizes := conf_size_problems(self.conf):  # its spark.driver.memory wins over driver_memory
+            raise ConfigError("SessionSettings.conf", "; ".join(f"{key}: {why}" for key, why in sizes))
         object.__setattr__(self, "conf", dict(self.conf))  # a private copy
 
     def spark_conf(self, jar_paths: list[Path]) -> dict[str, str]:

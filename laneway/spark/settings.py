@@ -42,6 +42,7 @@ from typing import Any
 
 from laneway.errors import ConfigError
 from laneway.kafka.java_config import spark_options
+from laneway.spark.sizes import conf_size_problems
 
 __all__ = [
     "AVAILABLE_NOW",
@@ -308,7 +309,8 @@ class PipelineSettings:
     * ``client_config``: librdkafka client settings (a ``--client-config`` file's, say): Spark's
       Kafka source gets them as the Java client's ``kafka.`` options, the progress group's
       committer as they are. Left out of the repr, as ``source_options`` is: they hold secrets.
-    * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself.
+    * ``spark_conf``: extra Spark settings for the session ``run_pipeline`` builds itself; its
+      memory sizes (``spark.driver.memory``, ...) are checked as ``SessionSettings`` checks them.
     * ``progress_group``: a Kafka consumer group the run commits each landed batch's end
       offsets to, so Kafka's lag tools show the pipeline's lag (``laneway lag
       laneway-pipeline``); None for none. Spark's checkpoint stays the source of truth.
@@ -365,6 +367,7 @@ class PipelineSettings:
         offsets, topic = self.starting_offsets, self.topic
         if offsets.strip() and topic.strip() and (problem := starting_offsets_problem(offsets, topic)):
             errors.append(("starting_offsets", problem))
+        errors += [("spark_conf", f"{key}: {why}") for key, why in conf_size_problems(self.spark_conf)]
         try:
             spark_options(self.client_config)
         except ConfigError as exc:

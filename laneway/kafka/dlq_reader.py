@@ -191,7 +191,8 @@ def _read_topic(
 ) -> Iterator[confluent_kafka.Message]:
     """Every record of ``topic`` from the beginning to its end as of now; the caller may add a
     partition to ``enough`` to have no more of its records. ``progress`` hears of the total
-    before the first record; a set ``stop`` ends the reading early."""
+    before the first record, and reaches it at each partition's end: a transactional topic's
+    commit markers take offsets no record is read from. A set ``stop`` ends the reading early."""
     consumer = tool_consumer(bootstrap, read_committed=read_committed, reset="earliest")
     try:
         md = consumer.list_topics(topic, timeout=10)
@@ -202,11 +203,13 @@ def _read_topic(
             raise UnknownTopicError(f"unknown topic {topic!r}")
         total = 0
         pending = set()
+        left: dict[int, int] = {}  # offsets not read yet, by partition (records or markers)
         for p in t.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             total += max(0, high - low)
             if high > low:
                 pending.add(p)
+                left[p] = high - low
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in pending])
         done = 0
         if progress is not None:
@@ -223,13 +226,20 @@ def _read_topic(
             err = msg.error()
             if err is not None:
                 if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition() or 0)
+                    p = msg.partition() or 0
+                    pending.discard(p)
+                    if (rest := left.pop(p, 0)) > 0:  # the markers' offsets: read to its end
+                        done += rest
+                        if progress is not None:
+                            progress(done, total)
                     continue
                 # the tool's own group (laneway-tools-<random>) is asked for too: a denial names it
                 group = Ask("use", "group", TOOLS_GROUP_PREFIX, "Read", prefixed=True)
                 raise_if_denied(err, active(), doing=[Ask("read", "topic", topic, "Read"), group])
                 raise AdminError(f"reading {topic!r}: {err.str()}")
             done += 1
+            p = msg.partition() or 0
+            left[p] = left.get(p, 1) - 1
             if progress is not None:
                 progress(done, total)
             if enough and (msg.partition() or 0) in enough:

@@ -10,10 +10,10 @@ Two committers share one shape (:class:`Committer`), one per delivery guarantee:
   the last committed transaction is visible, so a restart redoes the work exactly once.
 
 Each commit carries, as its metadata, the partition's finished offsets beyond the position
-(:mod:`laneway.engine.gaps`); :func:`read_finished` reads them back on assignment, so a new
-owner skips them. The broker refuses metadata over ``offset.metadata.max.bytes`` (4 KB by
-default): Laneway assumes the default (:data:`MAX_METADATA`) and commits the plain position
-past it.
+(:mod:`laneway.engine.gaps`); on assignment :func:`read_committed` reads the group's commits
+and :func:`read_finished` the metadata in them, so a new owner skips those offsets. The broker
+refuses metadata over ``offset.metadata.max.bytes`` (4 KB by default): Laneway assumes the
+default (:data:`MAX_METADATA`) and commits the plain position past it.
 
 Every call comes from the consumer's own thread (its loop, its rebalance callbacks and the
 ``on_commit`` callback its ``poll`` serves): a committer needs no lock.
@@ -48,6 +48,7 @@ __all__ = [
     "TransactionalCommitter",
     "make_committer",
     "metadata_limit",
+    "read_committed",
     "read_finished",
 ]
 
@@ -92,20 +93,25 @@ def _offsets(commits: Commits) -> list[TopicPartition]:
     ]
 
 
-def read_finished(
+def read_committed(
     consumer: Consumer, parts: list[TopicPartition], timeout: float = 10.0
-) -> dict[tuple[str, int], tuple[int, set[int]]]:
-    """Per partition of ``parts`` whose group commit carries Laneway's metadata: the committed
-    position and the finished offsets beyond it. Metadata Laneway did not write, or cannot
-    parse, is ignored with a warning; a failed read gives nothing (everything past the
-    positions runs again, as without metadata)."""
+) -> list[TopicPartition] | None:
+    """The group's committed offsets of ``parts``, with their metadata, in one request (read on
+    assignment); None when the read failed (logged: nothing is skipped)."""
+    asked = [TopicPartition(p.topic, p.partition) for p in parts]
     try:
-        got = consumer.committed([TopicPartition(p.topic, p.partition) for p in parts], timeout=timeout)
+        return list(consumer.committed(asked, timeout=timeout))
     except KafkaException as exc:
-        logger.warning("could not read the committed offsets' metadata: %s; nothing is skipped", exc)
-        return {}
+        logger.warning("could not read the group's committed offsets: %s; nothing is skipped", exc)
+        return None
+
+
+def read_finished(committed: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, set[int]]]:
+    """Per partition of ``committed`` (:func:`read_committed`) whose group commit carries
+    Laneway's metadata: the committed position and the finished offsets beyond it. Metadata
+    Laneway did not write, or cannot parse, is ignored with a warning."""
     out: dict[tuple[str, int], tuple[int, set[int]]] = {}
-    for tp in got:
+    for tp in committed:
         meta = tp.metadata
         if not meta or tp.error is not None or tp.offset < 0:
             continue

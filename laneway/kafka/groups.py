@@ -34,7 +34,15 @@ from laneway.kafka.admin import (
 )
 from laneway.kafka.client_config import active
 
-__all__ = ["GroupLag", "GroupState", "PartitionLag", "group_lag", "group_state", "require_group"]
+__all__ = [
+    "COORDINATOR_BUSY",
+    "GroupLag",
+    "GroupState",
+    "PartitionLag",
+    "group_lag",
+    "group_state",
+    "require_group",
+]
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class GroupState:
 
 #: answers that mean "ask again shortly": the coordinator moves, loads or is not chosen yet
 #: (the first look at a group on a fresh broker answers NOT_COORDINATOR, marked non-retriable)
-_COORDINATOR_BUSY = frozenset(
+COORDINATOR_BUSY = frozenset(
     {
         confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         confluent_kafka.KafkaError.NOT_COORDINATOR,
@@ -84,7 +92,7 @@ def group_state(admin: AdminClient, group: str, *, timeout: float = 15.0) -> Gro
             err = exc.args[0]
             # the ACLs: one "access denied" line naming the group and the operation
             raise_if_denied(err, active(), doing=Ask("describe", "group", group, "Describe"))
-            if not err.retriable() and err.code() not in _COORDINATOR_BUSY:
+            if not err.retriable() and err.code() not in COORDINATOR_BUSY:
                 raise AdminError(f"describing group {group!r}: {_text(err)}") from exc
             if time.monotonic() + pause > deadline:
                 raise AdminError(f"describing group {group!r}: {_text(err)}") from exc

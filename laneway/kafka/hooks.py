@@ -23,8 +23,9 @@ class SourceMetrics:
         pass
 
     def group_committed(self, topic: str, partition: int, offset: int | None) -> None:
-        """The group's committed offset of a partition the consumer had no position in, read for
-        its lag (None: the group has none); once per assignment (laneway.kafka.lag)."""
+        """The group's committed offset of an assigned partition (None: the group has none),
+        read once per assignment (laneway.kafka.lag): ``/status``'s ``committed`` until the
+        app commits the partition itself."""
 
     def forget_partition(self, topic: str, partition: int) -> None:
         pass

@@ -6,11 +6,13 @@ its committed offset, or, with none, where ``auto.offset.reset`` puts it (the lo
 for ``earliest``, the end for ``latest``). Without that, a backlog on partitions held back by a
 small cap had no lag figure at all, and the app's total under-reported exactly when it grew.
 
-The cost stays bounded: the committed offsets are read once per assignment (one request for
-the partitions without a position, cached until the partition is assigned again); the end
-offsets are the client's cached ones, asked of the broker only for a partition the client has
-fetched nothing from (its cache is empty). The committed offsets read go to the metrics too
-(``group_committed``): ``/status`` shows them as ``committed`` until the app commits its own."""
+The cost stays bounded: the committed offsets are read once per assignment (by the rebalance
+callback, :meth:`LagReport.assigned`; the report asks again only for the partitions without a
+position whose read failed), kept until the partition is assigned again; the end offsets are
+the client's cached ones, asked of the broker only for a partition the client has fetched
+nothing from (its cache is empty). The committed offsets read go to the metrics too
+(``group_committed``): ``/status`` shows them as ``committed`` until the app commits its own,
+fetched from or not."""
 
 from __future__ import annotations
 
@@ -40,15 +42,18 @@ class LagReport:
         self._metrics = metrics
         self._reset = reset.lower()
         self._timeout = timeout
-        #: per partition without a position: its committed offset (OFFSET_INVALID: none)
+        #: per assigned partition: the group's committed offset read (OFFSET_INVALID: none)
         self._committed: dict[TP, int] = {}
         #: the last report's lags (laneway.kafka.starving: a partition at 0 has nothing to take)
         self.last: dict[TP, int] = {}
 
-    def forget(self, tps: Iterable[TP]) -> None:
-        """The partitions were assigned again (or revoked): their committed offsets are read anew."""
+    def assigned(self, tps: Iterable[TP], committed: Iterable[TopicPartition] | None) -> None:
+        """``tps`` were assigned (again); ``committed``: the group's committed offsets read for
+        them on assignment (None: the read failed, the report reads them when it needs them)."""
         for tp in tps:
             self._committed.pop(tp, None)
+        if committed is not None:
+            self._keep(committed)
 
     def report(self, assigned: Iterable[TP], positions: Mapping[TP, int]) -> dict[TP, int]:
         """Report the lag of every assigned partition it can figure; returns them."""
@@ -95,6 +100,10 @@ class LagReport:
         except KafkaException as exc:  # asked again at the next report
             logger.debug("lag: could not read the committed offsets of %s: %s", tps, exc)
             return
+        self._keep(got)
+
+    def _keep(self, got: Iterable[TopicPartition]) -> None:
+        """Cache the committed offsets read, and tell the metrics (``/status``'s ``committed``)."""
         for p in got:
             if p.error is None:
                 self._committed[(p.topic, p.partition)] = p.offset if p.offset >= 0 else OFFSET_INVALID

@@ -3,9 +3,10 @@
 They run inside ``poll`` on the consumer's thread, as a part of
 :class:`~laneway.kafka.source.KafkaSource` (a mixin: the attributes below are the source's).
 
-* assigned: the group's commit metadata is read back, so records finished before the
-  partition moved are skipped when they come again; the partitions are assigned explicitly
-  with the source's pause state;
+* assigned: the group's committed offsets are read (``/status`` shows them, and the lag of a
+  partition not fetched from yet counts from them) with their metadata, so records finished
+  before the partition moved are skipped when they come again; the partitions are assigned
+  explicitly with the source's pause state;
 * revoked: the processor finishes or drops the partitions' work and their positions (with
   their metadata) are committed synchronously;
 * lost: their work is dropped uncommitted; another consumer redoes it.
@@ -19,7 +20,7 @@ import logging
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from laneway.engine.processor import Processor
-from laneway.kafka.commit import Committer, read_finished
+from laneway.kafka.commit import Committer, read_committed, read_finished
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
 
@@ -45,7 +46,10 @@ class RebalanceCallbacks:
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
-        read = read_finished(consumer, parts) if parts and self._metadata_limit else {}
+        committed = read_committed(consumer, parts) if parts else None
+        # before the processor has the partitions: /status never shows one without its commit
+        self._lag.assigned(tps, committed)
+        read = read_finished(committed) if committed and self._metadata_limit else {}
         if read:
             # fetch from the very position the metadata counts from
             parts = [
@@ -57,7 +61,6 @@ class RebalanceCallbacks:
                 sum(len(f) for _, f in read.values()),
             )
         self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
-        self._lag.forget(tps)  # their committed offsets are read again for the lag
         self._assigned.update(tps)
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))

@@ -319,7 +319,7 @@ class PrometheusMetrics(SourceMetrics):
             self._group_committed[(topic, partition)] = offset
 
     def group_committed_offsets(self) -> dict[tuple[str, int], int]:
-        """The group's committed offsets read for the lag of partitions not fetched from yet."""
+        """The group's committed offsets of the assigned partitions, read on assignment."""
         return dict(self._group_committed)
 
     def forget_partition(self, topic: str, partition: int) -> None:

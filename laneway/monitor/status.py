@@ -152,7 +152,7 @@ class StatusBoard:
         states: list[PartitionStatus] = processor.status()
         paused = self._paused()
         lags = self._metrics.lags()
-        # before the app's own first commit of a partition: the group's, read for the lag
+        # before the app's own first commit of a partition: the group's, read on assignment
         group_committed = self._metrics.group_committed_offsets()
         now_ms = self._clock() * 1000
         out = []

@@ -1,5 +1,6 @@
 """``/status``, the stall check and ``laneway top`` against the real broker (issue 23): an app
-with a stuck key and a hot key. Counting: offsets, gaps and keys, never timing."""
+with a stuck key and a hot key; and a restarted app's committed offsets. Counting: offsets, gaps
+and keys, never timing."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_INVALID, Producer
 
 from laneway import App, Event, MetricsServer, Timeouts
 from tests.conftest import TopicFactory
+from tests.integration.helpers import committed
 
 STUCK_AT = 5
 #: records produced to partition 0 (after the stuck one: the hot key's and others) and to 1
@@ -123,3 +125,67 @@ def test_status_shows_the_stuck_partition_and_healthz_names_it_after_stall(
             assert first["oldest_offset"] is None and first["gap"] == 0 and first["position"] == N0
     finally:
         gate.set()
+
+
+#: the first run's records (all on partition 0), and the second run's on each partition
+FIRST, SECOND = 20, 5
+
+
+def test_a_restarted_app_shows_the_groups_commit_before_its_own_first_commit(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """Seen: ``"committed": null`` on a restarted app's partition until its own first commit,
+    though the group had committed it and the app fetched from there: it read as nothing ever
+    committed. A first run finishes and commits FIRST records of partition 0; the group never
+    commits partition 1. The second run holds every event and commits nothing (a 10-minute
+    interval): once it has fetched both partitions, /status shows partition 0 committed at
+    FIRST and partition 1 null."""
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 10})
+    for i in range(FIRST):
+        producer.produce(topic, key=f"k{i}".encode(), value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    done = [0]
+
+    def count(ev: Event) -> None:
+        done[0] += 1
+
+    first = App("restart", bootstrap_servers=kafka_bootstrap, group_id=group_id)
+    first.handler(topic, on_failure="halt")(count)
+    with first:
+        assert _wait(lambda: done[0] == FIRST), done
+    assert committed(kafka_bootstrap, group_id, topic, 2) == {0: FIRST, 1: OFFSET_INVALID}
+
+    for p in (0, 1):
+        for i in range(SECOND):
+            producer.produce(topic, key=f"k{i}".encode(), value=b"v", partition=p)
+    assert producer.flush(30) == 0
+    gate = threading.Event()
+
+    def hold(ev: Event) -> None:
+        gate.wait(60)
+
+    second = App(
+        "restart",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        metrics_server=MetricsServer(port=0),
+        timeouts=Timeouts(commit_interval=600.0),
+    )
+    second.handler(topic, on_failure="halt", timeout=60.0)(hold)
+    with second:
+        try:
+            base = f"http://127.0.0.1:{second.metrics_port}/status"
+
+            def fetched() -> bool:
+                rows = orjson.loads(_get(base)[1])["partitions"]
+                return len(rows) == 2 and all(r["in_flight"] + r["queued"] == SECOND for r in rows)
+
+            assert _wait(fetched), _get(base)[1][:3000]
+            doc: dict[str, Any] = orjson.loads(_get(base)[1])
+            assert doc["process"]["commits"] == {"ok": 0, "failed": 0}  # the run committed nothing yet
+            rows = {r["partition"]: r for r in doc["partitions"]}
+            assert (rows[0]["committed"], rows[0]["position"]) == (FIRST, FIRST), rows[0]
+            assert (rows[1]["committed"], rows[1]["position"]) == (None, 0), rows[1]
+        finally:
+            gate.set()  # the held events finish: the shutdown does not wait for them

@@ -1,5 +1,7 @@
-"""Clients for the secured broker's tests: produce keyed records, read a topic, the group's
-commits, and run a command line (:func:`laneway`, every output grepped for the passwords).
+"""Clients for the secured broker's tests: produce keyed records, read a topic, commit and read
+a group's offsets (:func:`commit_offsets`, :func:`committed`: asked again while the group's
+coordinator is not ready), and run a command line (:func:`laneway`, every output grepped for
+the passwords).
 
 Each client helper takes the full client settings (``secure_broker.client(user)``), so the same
 helper runs as admin, app or reader.
@@ -19,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from laneway import App
+from laneway.kafka.groups import COORDINATOR_BUSY
 
 if TYPE_CHECKING:
     from tests.security.conftest import SecureBroker
@@ -140,10 +143,52 @@ def read(
     return got
 
 
+def when_coordinator_ready(
+    call: Callable[[], list[TopicPartition]], timeout: float = 30.0
+) -> list[TopicPartition]:
+    """``call()`` (a consumer's synchronous commit, or its read of the committed offsets), made
+    again while the group's coordinator is not ready, for up to ``timeout`` seconds (pausing
+    0.1 s, doubling up to 1 s). Any other error, or one still there at the deadline, is raised.
+
+    A fresh broker takes on a group's coordinator a moment after the first group request: that
+    request creates ``__consumer_offsets``, and the partitions' leader is in the metadata before
+    the coordinator has loaded them. A FindCoordinator answered in between names the broker, and
+    the OffsetCommit sent there answers NOT_COORDINATOR, which librdkafka gives a synchronous
+    commit as its result without asking again (COORDINATOR_LOAD_IN_PROGRESS it retries itself).
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.1
+    while True:
+        try:
+            got = call()
+        except KafkaException as exc:
+            if exc.args[0].code() not in COORDINATOR_BUSY or time.monotonic() + pause > deadline:
+                raise
+        else:
+            err = next((tp.error for tp in got if tp.error is not None), None)
+            if err is None:
+                return got
+            if err.code() not in COORDINATOR_BUSY or time.monotonic() + pause > deadline:
+                raise KafkaException(err)
+        time.sleep(pause)
+        pause = min(1.0, pause * 2)
+
+
+def commit_offsets(conf: dict[str, str], group: str, offsets: list[TopicPartition]) -> None:
+    """Commit ``offsets`` for ``group`` from outside it (no member joins): a group with committed
+    offsets, for a test's set-up."""
+    consumer = Consumer({**conf, "group.id": group})
+    try:
+        when_coordinator_ready(lambda: list(consumer.commit(offsets=offsets, asynchronous=False) or []))
+    finally:
+        consumer.close()
+
+
 def committed(conf: dict[str, str], group: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = Consumer({**conf, "group.id": group})
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        asked = [TopicPartition(topic, p) for p in range(partitions)]
+        tps = when_coordinator_ready(lambda: consumer.committed(asked, timeout=10))
         return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()

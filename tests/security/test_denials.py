@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -34,7 +34,7 @@ from laneway import App, Timeouts
 from laneway.kafka.access import KafkaAccessDenied, KafkaAuthError
 from laneway.ops.secured import client_properties, write_private
 from tests.security.conftest import AppTopicFactory, SecureBroker
-from tests.security.support import committed, laneway
+from tests.security.support import commit_offsets, committed, laneway
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,8 @@ def scene(secure_broker: SecureBroker, secure_admin: AdminClient) -> Iterator[Sc
         producer.produce(topic, key=b"k", value=b"{}")
     assert producer.flush(20) == 0
     for group in (s.group, s.other_group):  # groups with committed offsets, as admin
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({**admin, "group.id": group})
-        c.commit(offsets=[TopicPartition(s.topic, 0, 1)], asynchronous=False)
-        c.close()
+        # on a fresh broker, the first commit can meet the groups' coordinator not ready yet
+        commit_offsets(admin, group, [TopicPartition(s.topic, 0, 1)])
         assert committed(admin, group, s.topic, 1) == {0: 1}
     yield s
     for f in secure_admin.delete_topics(names, operation_timeout=30).values():

@@ -16,7 +16,7 @@ from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.processor import Processor
 from laneway.kafka import commit as commit_module
-from laneway.kafka.commit import MAX_SKIP, metadata_limit, read_finished
+from laneway.kafka.commit import MAX_SKIP, metadata_limit, read_committed, read_finished
 from tests.unit.test_processor import FakeDeadLetters, wait_for
 
 TP = ("t", 0)
@@ -154,7 +154,9 @@ def test_read_finished_decodes_laneway_metadata_and_warns_about_the_rest(
         ]
     )
     with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit"):
-        got = read_finished(consumer, [KafkaTP("t", p) for p in range(5)])  # type: ignore[arg-type]
+        committed = read_committed(consumer, [KafkaTP("t", p) for p in range(5)])  # type: ignore[arg-type]
+        assert committed is not None
+        got = read_finished(committed)
     assert got == {("t", 0): (100, {102, 103, 110})}
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2

@@ -213,3 +213,40 @@ def test_a_partition_not_fetched_yet_shows_the_committed_offset_its_lag_counts_f
         assert metrics.group_committed_offsets() == {}
     finally:
         proc.close()
+
+
+class _Fetched(_Unfetched):
+    """A consumer that has fetched: each partition's position is its committed offset (or 0);
+    it counts the requests for committed offsets."""
+
+    asks = 0
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        got = self.committed_offsets
+        return [TopicPartition(t.topic, t.partition, got.get((t.topic, t.partition), 0)) for t in tps]
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        self.asks += 1
+        return super().committed(tps, timeout)
+
+
+def test_the_commits_read_on_assignment_are_shown_for_partitions_fetched_from(
+    gate: threading.Event,
+) -> None:
+    """Seen: ``"committed": null`` on a restarted app's partition fetched from its group's commit
+    at 100, until the app's own first commit (the commit was read only for the lag of
+    partitions not fetched from). The commits read on assignment are shown, and the lag report
+    does not ask for them again; a partition the group never committed stays null."""
+    proc, board, metrics = _setup(gate)
+    consumer = _Fetched({("t", 0): 100}, {("t", 0): 500, ("t", 1): 300})
+    report = LagReport(consumer, metrics, "earliest")  # type: ignore[arg-type]
+    try:
+        assigned = [("t", 0), ("t", 1)]
+        report.assigned(assigned, consumer.committed([TopicPartition(*tp) for tp in assigned], 5.0))
+        assert report.report(assigned, {}) == {("t", 0): 400, ("t", 1): 300}
+        assert consumer.asks == 1
+        rows = {p["partition"]: p for p in board.partitions()}
+        assert (rows[0]["committed"], rows[0]["lag"]) == (100, 400)
+        assert (rows[1]["committed"], rows[1]["lag"]) == (None, 300)
+    finally:
+        proc.close()

@@ -242,7 +242,8 @@ def redrive(
     as the moving begins and after each batch.
 
     ``stop``: once set, the redrive stops before its next batch, or, while it reads, before it
-    sends anything; the report says ``interrupted`` and how many chosen letters are ``left``.
+    sends anything; the report says ``interrupted`` and how many chosen letters are ``left``. A
+    dry run stopped once it chose its letters lists none of them (``left`` counts them).
     """
     if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
         raise InvalidInputError(f"limit must be 1 or more, not {limit}")
@@ -282,16 +283,16 @@ def redrive(
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
+    if chosen and stopped():  # a dry run too: it lists nothing, the chosen letters are left
+        return RedriveReport(
+            redrive_id, dlq_topic, dry_run, (), skipped, repeats, interrupted=True, left=len(chosen)
+        )
     if dry_run or not chosen:
         planned = []
         for x in chosen:
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, planned_partition(x, target, partitions)))
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
-    if stopped():
-        return RedriveReport(
-            redrive_id, dlq_topic, False, (), skipped, repeats, interrupted=True, left=len(chosen)
-        )
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each

@@ -28,7 +28,7 @@ it. A second base in brackets is there for callers that catch it::
     │   ├── UnknownGroupError       a named consumer group does not exist
     │   ├── GroupActiveError        the group has live members (offsets cannot be reset)
     │   ├── InvalidInputError       a malformed time, duration, size, offset or filter [ValueError]
-    │   └── RedriveError            laneway.kafka.redrive: a redrive could not be done
+    │   └── RedriveError            laneway.kafka.redrive_report: a redrive could not be done
     ├── CatalogError                laneway.catalog.models: the catalog domain's errors
     │   ├── InvalidChangeEvent      not a valid change event: dead-letter it [ValueError]
     │   ├── SourceError             laneway.catalog.source: the metadata source's errors

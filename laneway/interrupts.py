@@ -6,7 +6,8 @@
     result, received = run_stoppable(lambda stop: run_pipeline(settings, stop_event=stop))
 
 The first SIGINT (or SIGTERM) calls ``stop`` once; a SIGINT also says on stderr, once,
-``stopping... (Ctrl-C again to exit now)``. A SIGINT after that exits the process at once
+``stopping... (Ctrl-C again to exit now)`` (above the progress bars of a rich live display on a
+terminal, through its console: see :func:`_say_first`). A SIGINT after that exits the process at once
 with status 130, without waiting for the drain, the final commits or any thread: records
 processed but not committed yet are consumed again on the next start, which the
 at-least-once contract allows (a command for which that line is wrong gives its own,
@@ -77,7 +78,7 @@ class Interrupts:
             self.received = signum
             logger.info("received %s: shutting down", signal.Signals(signum).name)
             if signum == signal.SIGINT:
-                _say(FIRST_MESSAGE)
+                _say_first(FIRST_MESSAGE)
             self._stop()
         elif signum == signal.SIGINT:
             self.exit_now()
@@ -103,6 +104,27 @@ def _say(line: str) -> None:
     may run while the main thread is half-way through writing to ``sys.stderr``."""
     with suppress(OSError):
         os.write(2, f"{line}\n".encode())
+
+
+def _say_first(line: str) -> None:
+    """The first Ctrl-C's line. While a rich live display is on a terminal (the progress bars of
+    ``laneway dlq redrive`` or ``laneway catalog generate``), it redraws its bars in place, over a
+    line written around them: ``sys.stderr`` is then rich's proxy, which prints through the
+    display's console, above the bars, so the line goes there. Otherwise it is :func:`_say`'s.
+
+    The handler runs on the main thread, which may be inside that console: its lock is
+    reentrant, and a line printed there lands beside what the main thread prints. The forced
+    exit's line stays :func:`_say`'s: nothing redraws after it, and the exit matters more."""
+    proxies = sys.modules.get("rich.file_proxy")  # no live display without it
+    stream = sys.stderr
+    if proxies is not None and isinstance(stream, proxies.FileProxy):
+        try:
+            stream.write(f"{line}\n")  # a whole line: printed at once
+            stream.flush()
+            return
+        except Exception:  # the words matter more than where they land
+            logger.debug("the live display's console refused the line", exc_info=True)
+    _say(line)
 
 
 @contextmanager

@@ -25,7 +25,9 @@ limit is raised, sends it and skips what was recorded. Records are batched withi
 target's ``max.message.bytes``, so letters that fit one by one are never refused together.
 
 The dead letters and the ledger are read by :mod:`laneway.kafka.dlq_reader`. Which letters
-move, and to which partition, is decided in :mod:`laneway.kafka.redrive_plan`.
+move, and to which partition, is decided in :mod:`laneway.kafka.redrive_plan`; they are sent, a
+batch per transaction, by :mod:`laneway.kafka.redrive_move`; the report and the error are
+defined in :mod:`laneway.kafka.redrive_report` (and importable from here).
 
 A ``stop`` event (``laneway dlq redrive`` sets it on Ctrl-C) ends a redrive between two batches:
 what it committed stays moved and recorded, the report says ``interrupted`` and how many letters
@@ -41,18 +43,15 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import confluent_kafka
-import orjson
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from laneway.kafka import headers as h
 from laneway.kafka.admin import (
-    AdminError,
     InvalidInputError,
     UnknownTopicError,
     client_logger,
@@ -71,50 +70,15 @@ from laneway.kafka.dlq_reader import (
     read_ledger,
     tool_consumer,
 )
-from laneway.kafka.producer import TOO_LARGE, ProduceError
+from laneway.kafka.producer import ProduceError
+from laneway.kafka.redrive_move import is_fenced, move
 from laneway.kafka.redrive_plan import choose, planned_partition, since
-from laneway.kafka.transactions import TransactionalProducer, TransactionError
+from laneway.kafka.redrive_report import Moved, Reading, RedriveError, RedriveReport
+from laneway.kafka.transactions import TransactionalProducer
 
 __all__ = ["Moved", "Reading", "RedriveError", "RedriveReport", "redrive"]
 
 logger = logging.getLogger(__name__)
-
-
-class RedriveError(AdminError):
-    """A redrive could not be done; nothing was sent."""
-
-
-@dataclass(frozen=True)
-class Moved:
-    dlq_partition: int
-    dlq_offset: int
-    target_topic: str
-    #: where the record landed; in a dry run the planned partition when known, else None
-    target_partition: int | None = None
-    target_offset: int | None = None
-
-
-@dataclass(frozen=True)
-class RedriveReport:
-    redrive_id: str
-    dlq_topic: str
-    dry_run: bool
-    moved: tuple[Moved, ...]
-    #: records an earlier redrive already moved, with the ledger entry (of the letter itself, or
-    #: of another letter of the same origin)
-    skipped: tuple[tuple[DeadLetter, LedgerEntry], ...]
-    #: letters of a record this redrive moves from another letter, each with that letter
-    repeats: tuple[tuple[DeadLetter, DeadLetter], ...] = ()
-    #: a stop ended it early: ``moved`` is what it moved and recorded before
-    interrupted: bool = False
-    #: the letters it chose and did not move (interrupted); None when it stopped before it chose
-    #: them (while it read the ledger or the dead-letter topic)
-    left: int | None = 0
-
-
-#: called with each topic a redrive reads before it moves anything (its ledger, the dead-letter
-#: topic), it gives the progress callback of that read
-Reading = Callable[[str], Progress | None]
 
 
 def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 30.0) -> dict[str, DeadLetter]:
@@ -205,52 +169,6 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
-def _is_fenced(kerr: confluent_kafka.KafkaError) -> bool:
-    """Whether the redrive's transactional producer met its end: fenced, or a fatal error (a
-    send after it says only ``_FATAL``), or letters purged from its queue by the abort after it.
-    Its one transactional id is shared by every redrive of the topic: another run took it."""
-    code = confluent_kafka.KafkaError
-    return (
-        kerr.code()
-        in (
-            code._FENCED,
-            code.PRODUCER_FENCED,
-            code.INVALID_PRODUCER_EPOCH,
-            code._FATAL,
-            code._PURGE_QUEUE,
-            code._PURGE_INFLIGHT,
-        )
-        or kerr.fatal()
-    )
-
-
-def _fenced(dlq_topic: str, kerr: confluent_kafka.KafkaError, *, recorded: int) -> RedriveError:
-    """The error of a redrive another redrive of the topic fenced (its producer took the id)."""
-    return RedriveError(
-        f"another redrive of {dlq_topic} started and fenced this one ({kerr.str()}): {recorded} "
-        "letter(s) were sent and recorded, the last batch was not; the other run skips what was recorded"
-    )
-
-
-def _refused(letter: DeadLetter, error: ProduceError, *, in_batch: int, recorded: int) -> RedriveError:
-    """The error for a letter its target refused: which one, why, and what was and was not sent."""
-    kerr = error.kafka_error
-    if kerr is not None and _is_fenced(kerr):
-        return _fenced(letter.topic, kerr, recorded=recorded)
-    why = (
-        f"the record, with the redrive's header ({h.REDRIVE_ID}, ~45 bytes), is over "
-        f"{error.topic}'s max.message.bytes"
-        if kerr is not None and kerr.code() in TOO_LARGE
-        else str(error)
-    )
-    return RedriveError(
-        f"{error.topic} refused dead letter {letter.ledger_key}: {why}. The transaction of the "
-        f"{in_batch} letter(s) sent with it was aborted (read_committed readers never see them; none "
-        f"is in the ledger); {recorded} letter(s) before them were sent and recorded. Fix the cause "
-        "(for a size: raise the topic's max.message.bytes) and redrive again: what was recorded is skipped"
-    )
-
-
 def _targets(
     admin: AdminClient, letters: Sequence[DeadLetter], to: str | None
 ) -> tuple[dict[str, int], dict[str, int]]:
@@ -295,74 +213,6 @@ def _ensure_ledger(admin: AdminClient, dlq_topic: str) -> bool:
     return True
 
 
-def _move(
-    producer: TransactionalProducer,
-    chosen: Sequence[DeadLetter],
-    moved: list[Moved],
-    *,
-    dlq_topic: str,
-    to: str | None,
-    partitions: dict[str, int],
-    redrive_id: str,
-    batch_size: int,
-    progress: Progress | None,
-    stop: threading.Event | None,
-) -> None:
-    """Send ``chosen`` a batch per transaction, each letter with its ledger entry, adding to
-    ``moved`` what each commit made (and only that); stop before the next batch once ``stop`` is set.
-    Raise :class:`RedriveError` for a letter refused or a fence, naming how many were recorded."""
-    if progress is not None:
-        progress(0, len(chosen))  # the moving begins: its total is known
-    try:
-        for start in range(0, len(chosen), batch_size):
-            if stop is not None and stop.is_set():
-                return
-            batch = chosen[start : start + batch_size]
-            sent: list[Moved] = []  # moved once the transaction commits
-            with producer.transaction() as txn:
-                futures = []
-                for letter in batch:
-                    kept = [(k, v) for k, v in letter.headers if not k.startswith("laneway.")]
-                    target = to or letter.original_topic or ""
-                    futures.append(
-                        txn.send(
-                            target,
-                            letter.value,
-                            key=letter.key,
-                            headers=[*kept, (h.REDRIVE_ID, redrive_id.encode())],
-                            partition=planned_partition(letter, target, partitions),
-                        )
-                    )
-                if producer.flush(60):
-                    raise RedriveError("the re-sent records were not acknowledged in time")
-                now = datetime.now(UTC).isoformat()
-                for letter, fut in zip(batch, futures, strict=True):
-                    try:
-                        meta = fut.result(0)
-                    except ProduceError as exc:  # the transaction is aborted on the way out
-                        raise _refused(letter, exc, in_batch=len(batch), recorded=len(moved)) from exc
-                    entry = {
-                        "redrive_id": redrive_id,
-                        "target_topic": meta.topic,
-                        "target_partition": meta.partition,
-                        "target_offset": meta.offset,
-                        "at": now,
-                    }
-                    txn.send(ledger_topic(dlq_topic), orjson.dumps(entry), key=letter.ledger_key.encode())
-                    sent.append(
-                        Moved(letter.partition, letter.offset, meta.topic, meta.partition, meta.offset)
-                    )
-            moved.extend(sent)
-            if progress is not None:
-                progress(len(moved), len(chosen))
-    # a commit refused, or the client's fatal error out of a send or the flush: another redrive's
-    # producer fenced this one
-    except (TransactionError, ProduceError) as exc:
-        if exc.kafka_error is not None and _is_fenced(exc.kafka_error):
-            raise _fenced(dlq_topic, exc.kafka_error, recorded=len(moved)) from None
-        raise
-
-
 def redrive(
     bootstrap: str,
     dlq_topic: str,
@@ -392,7 +242,8 @@ def redrive(
     as the moving begins and after each batch.
 
     ``stop``: once set, the redrive stops before its next batch, or, while it reads, before it
-    sends anything; the report says ``interrupted`` and how many chosen letters are ``left``.
+    sends anything; the report says ``interrupted`` and how many chosen letters are ``left``. A
+    dry run stopped once it chose its letters lists none of them (``left`` counts them).
     """
     if limit is not None and limit < 1:  # chosen[:-1] would move all but the last
         raise InvalidInputError(f"limit must be 1 or more, not {limit}")
@@ -432,16 +283,16 @@ def redrive(
     # before anything is sent: a letter whose original cannot be read stops the redrive
     originals = _originals(bootstrap, chosen)
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
+    if chosen and stopped():  # a dry run too: it lists nothing, the chosen letters are left
+        return RedriveReport(
+            redrive_id, dlq_topic, dry_run, (), skipped, repeats, interrupted=True, left=len(chosen)
+        )
     if dry_run or not chosen:
         planned = []
         for x in chosen:
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, planned_partition(x, target, partitions)))
         return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
-    if stopped():
-        return RedriveReport(
-            redrive_id, dlq_topic, False, (), skipped, repeats, interrupted=True, left=len(chosen)
-        )
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
@@ -463,12 +314,12 @@ def redrive(
                 # so two redrives started together never both move a letter: a ledger this run
                 # created too, since another run may have found it and moved letters before this
                 # one's producer started. Stopped during this read, the redrive sends nothing
-                # (_move looks at the stop first)
+                # (move looks at the stop first)
                 fresh = read_ledger(
                     bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)), stop=stop
                 )
                 chosen, skipped = since(chosen, skipped, ledger, fresh)
-            _move(
+            move(
                 producer,
                 chosen,
                 moved,
@@ -482,7 +333,7 @@ def redrive(
             )
             finished = True
     except ProduceError as exc:  # out of the close
-        if not (finished and exc.kafka_error is not None and _is_fenced(exc.kafka_error)):
+        if not (finished and exc.kafka_error is not None and is_fenced(exc.kafka_error)):
             raise
         # another redrive's producer fenced this one as it closed, after its last commit
         logger.warning(

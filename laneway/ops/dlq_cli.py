@@ -6,7 +6,8 @@ The logic lives in :mod:`laneway.kafka.dlq_reader` and :mod:`laneway.kafka.redri
 Ctrl-C (or SIGTERM) stops a redrive once its batch in flight is committed: it prints its report
 (what was moved and recorded so far), says it was interrupted, how many records are left and that
 the same command goes on where it stopped, and exits with 128 + the signal (130 for Ctrl-C). A
-second Ctrl-C exits at once: the batch in flight is not committed, and not in the ledger.
+second Ctrl-C exits at once: the batch in flight is not committed, and not in the ledger. A dry
+run stopped by Ctrl-C says so and exits the same way.
 """
 
 from __future__ import annotations
@@ -256,6 +257,11 @@ def _interrupted(report: rd.RedriveReport, limit: int | None) -> str:
         return (
             f"interrupted while reading {topic} and its ledger: nothing was moved. "
             "Run the same command again to redrive"
+        )
+    if report.dry_run:  # stopped once it had chosen: it lists nothing
+        return (
+            f"interrupted: the dry run stopped before it listed the {report.left} record(s) it would move; "
+            "nothing changed"
         )
     done = len(report.moved)
     if limit is None:

@@ -18,6 +18,7 @@ import pytest
 
 from laneway.kafka import redrive as rd
 from laneway.kafka.producer import ProduceError, Producer
+from laneway.kafka.redrive_move import refused
 from laneway.kafka.transactions import TransactionalProducer, TransactionError
 from tests.unit.redrive_fakes import DLQ, FakeBroker, FakeClient, fatal_error, system_error
 from tests.unit.redrive_fakes import broker as broker  # the fixture
@@ -122,6 +123,6 @@ def test_a_redrive_whose_producer_met_its_end_says_another_run_fenced_it(code: i
     or told to raise a topic's max.message.bytes ("Purged in queue")."""
     err = ProduceError("delivery failed", topic="orders", kafka_error=confluent_kafka.KafkaError(code))
     letter = type("L", (), {"topic": "orders.dlq", "ledger_key": "orders.dlq/0/5"})()
-    message = str(rd._refused(letter, err, in_batch=20, recorded=40))  # type: ignore[arg-type]
+    message = str(refused(letter, err, in_batch=20, recorded=40))  # type: ignore[arg-type]
     assert message.startswith("another redrive of orders.dlq started and fenced this one")
     assert "40 letter(s) were sent and recorded" in message and "max.message.bytes" not in message

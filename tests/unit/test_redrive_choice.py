@@ -70,17 +70,17 @@ def test_a_redrive_fenced_by_another_says_so() -> None:
     import confluent_kafka
 
     from laneway.kafka.producer import ProduceError
-    from laneway.kafka.redrive import _refused
+    from laneway.kafka.redrive_move import refused
 
     letter = _letter(0, 5, 45)
     fenced = ProduceError(
         "fenced", topic="orders", kafka_error=confluent_kafka.KafkaError(confluent_kafka.KafkaError._FENCED)
     )
-    text = str(_refused(letter, fenced, in_batch=20, recorded=40))
+    text = str(refused(letter, fenced, in_batch=20, recorded=40))
     assert "another redrive of orders.dlq started and fenced this one" in text and "40 letter(s)" in text
     other = ProduceError(
         "nope",
         topic="orders",
         kafka_error=confluent_kafka.KafkaError(confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED),
     )
-    assert "refused dead letter" in str(_refused(letter, other, in_batch=20, recorded=40))
+    assert "refused dead letter" in str(refused(letter, other, in_batch=20, recorded=40))

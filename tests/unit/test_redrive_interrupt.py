@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -149,6 +150,49 @@ def test_ctrl_c_while_reading_moves_nothing(cli: FakeBroker) -> None:
         "to redrive"
     )
     assert cli.clients == [] and result.stdout == ""  # no producer, no report of nothing
+
+
+def _ctrl_c_while_reading_the_originals(monkeypatch: pytest.MonkeyPatch, ctrl_c: Callable[[], None]) -> None:
+    """Ctrl-C once the dead-letter topic was read, while the original records of the letters that
+    left their value out are read (the last read before a dry run's report)."""
+    real = rd._originals
+
+    def originals(bootstrap: str, letters: Sequence[dr.DeadLetter], timeout: float = 30.0) -> Any:
+        ctrl_c()
+        return real(bootstrap, letters, timeout)
+
+    monkeypatch.setattr(rd, "_originals", originals)
+
+
+def test_a_stop_after_the_reads_ends_a_dry_run_interrupted(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run stopped there gave its whole report, not interrupted."""
+    stop = threading.Event()
+    _ctrl_c_while_reading_the_originals(monkeypatch, stop.set)
+    report = rd.redrive("127.0.0.1:1", DLQ, dry_run=True, stop=stop)
+    assert report.dry_run and report.interrupted and report.left == 6 and report.moved == ()
+    assert broker.clients == []  # no producer
+
+
+@pytest.mark.parametrize("json", [False, True], ids=["table", "json"])
+def test_ctrl_c_after_the_reads_of_a_dry_run_exits_130(
+    cli: FakeBroker, monkeypatch: pytest.MonkeyPatch, json: bool
+) -> None:
+    """It exited 0 with the dry run's whole report, as if no Ctrl-C had come."""
+    _ctrl_c_while_reading_the_originals(monkeypatch, _ctrl_c)
+    result = _run("dlq", "redrive", DLQ, "--dry-run", *(["--json"] if json else []))
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "interrupted: the dry run stopped before it listed the 6 record(s) it would move; nothing changed"
+    )
+    if json:
+        report = orjson.loads(result.stdout)
+        assert report["dry_run"] is True and report["interrupted"] is True
+        assert report["left"] == 6 and report["moved"] == []
+    else:
+        assert "would move" not in result.stdout and "dry run: nothing changed" in result.stdout
+    assert cli.clients == []
 
 
 def test_a_stop_ends_reading_a_topic(monkeypatch: pytest.MonkeyPatch) -> None:

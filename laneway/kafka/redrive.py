@@ -262,17 +262,21 @@ def redrive(
     if stopped():
         return cut
     recorded: dict[Origin, LedgerEntry] = {}  # origins a ledgered letter has
+    origins: dict[str, Origin] = {}  # every letter's, for the ledger read after the fence
 
     def note(letter: DeadLetter) -> None:  # every letter, the ones the filters leave out too
+        if letter.origin is None:
+            return
+        origins[letter.ledger_key] = letter.origin
         entry = ledger.get(letter.ledger_key)
-        if entry is not None and letter.origin is not None:
+        if entry is not None:
             recorded.setdefault(letter.origin, entry)
 
     letters = read_dead_letters(
         bootstrap,
         dlq_topic,
         filters=filters,
-        seen=note if ledger else None,
+        seen=note,
         progress=read_progress(dlq_topic),
         stop=stop,
     )
@@ -318,7 +322,7 @@ def redrive(
                 fresh = read_ledger(
                     bootstrap, dlq_topic, progress=read_progress(ledger_topic(dlq_topic)), stop=stop
                 )
-                chosen, skipped = since(chosen, skipped, ledger, fresh)
+                chosen, skipped = since(chosen, skipped, ledger, fresh, origins)
             move(
                 producer,
                 chosen,

@@ -1,11 +1,12 @@
 """Which dead letters a redrive (:mod:`laneway.kafka.redrive`) moves, and to which partition:
 each record once, partition by partition and lowest offset first, without what the ledger
-names; a letter another redrive moved since they were chosen is dropped.
+names; a letter another redrive moved since they were chosen (it, or another letter of its
+record) is dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from laneway.kafka import headers as h
 from laneway.kafka.dlq_reader import DeadLetter, LedgerEntry, Origin
@@ -62,11 +63,25 @@ def since(
     skipped: tuple[tuple[DeadLetter, LedgerEntry], ...],
     first: dict[str, LedgerEntry],
     fresh: dict[str, LedgerEntry],
+    origins: Mapping[str, Origin] | None = None,
 ) -> tuple[list[DeadLetter], tuple[tuple[DeadLetter, LedgerEntry], ...]]:
     """``chosen`` without the letters the ledger names now (``fresh``) but did not when they were
-    chosen (``first``): another redrive of the topic moved them meanwhile. They join
-    ``skipped``."""
-    late = [(x, fresh[x.ledger_key]) for x in chosen if x.ledger_key in fresh and x.ledger_key not in first]
+    chosen (``first``): another redrive of the topic moved them meanwhile, or moved another letter
+    of their origin (``origins``: the origin of each letter read, by ledger key; a run with
+    other filters may have chosen another copy of the same record). They join ``skipped``."""
+    new = {key: entry for key, entry in fresh.items() if key not in first}
+    if not new:
+        return chosen, skipped
+    moved_origins: dict[Origin, LedgerEntry] = {}
+    for key, entry in new.items():
+        origin = (origins or {}).get(key)
+        if origin is not None:
+            moved_origins.setdefault(origin, entry)
+    late: list[tuple[DeadLetter, LedgerEntry]] = []
+    for x in chosen:
+        found = new.get(x.ledger_key) or (moved_origins.get(x.origin) if x.origin is not None else None)
+        if found is not None:
+            late.append((x, found))
     if not late:
         return chosen, skipped
     gone = {x.ledger_key for x, _ in late}

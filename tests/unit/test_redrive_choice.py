@@ -65,6 +65,23 @@ def test_letters_another_redrive_moved_since_they_were_chosen_are_skipped() -> N
     assert _since([b, c], (), {}, {}) == ([b, c], ())
 
 
+def test_a_letter_whose_record_another_redrive_moved_through_another_letter_is_skipped() -> None:
+    """Two letters of one record (dead-lettered again after a redrive): a run with a filter that
+    took only the second moved it while this run, which chose the first, waited at its fence."""
+    from laneway.kafka.redrive_plan import since as _since
+
+    first, second, other = _letter(0, 0, 40), _letter(0, 5, 40), _letter(0, 6, 41)
+    moved = dr.LedgerEntry(second.ledger_key, "r1", "orders", 1, 99, "2026-11-20T10:00:01")
+    origins = {x.ledger_key: x.origin for x in (first, second, other) if x.origin is not None}
+    chosen, skipped = _since([first, other], (), {}, {second.ledger_key: moved}, origins)
+    assert chosen == [other] and skipped == ((first, moved),)
+    # an entry that was in the ledger at the choice does not count again
+    assert _since([first, other], (), {second.ledger_key: moved}, {second.ledger_key: moved}, origins) == (
+        [first, other],
+        (),
+    )
+
+
 def test_a_redrive_fenced_by_another_says_so() -> None:
     """A fenced run said its target 'refused' a letter and to fix a size."""
     import confluent_kafka

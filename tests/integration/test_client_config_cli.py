@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from typer.testing import CliRunner, Result
 
 from laneway.ops import catalog_cli, kafka_cli, run_cli, spark_cli
+from tests.kafka_ready import commit_for
 
 SECRET = "n0t-the-password-9"
 
@@ -44,7 +45,7 @@ def world(kafka_bootstrap: str, make_topic: object, nowhere: Path) -> dict[str, 
     topic = make_topic(partitions=2, prefix="cc")  # type: ignore[operator]
     group = f"cc-{uuid.uuid4().hex[:8]}"
     c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
-    c.commit(offsets=[TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)], asynchronous=False)
+    commit_for(c, [TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
     c.close()
     return {"topic": topic, "group": group}
 

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from laneway import App, Backpressure, Event
 from tests.conftest import TopicFactory
 from tests.integration.helpers import end_offsets
+from tests.kafka_ready import commit_for
 
 #: records per partition, and the group's committed offset per partition (None: no commit)
 SIZES = [300, 400, 500, 600]
@@ -33,7 +34,7 @@ def _produce(bootstrap: str, topic: str) -> None:
 def _commit(bootstrap: str, group: str, topic: str) -> None:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     offsets = [TopicPartition(topic, p, o) for p, o in enumerate(COMMITTED) if o is not None]
-    c.commit(offsets=offsets, asynchronous=False)
+    commit_for(c, offsets)
     c.close()
 
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from laneway.kafka.producer import Producer
 from tests.integration.test_ops_cli import invoke, one_line_error
+from tests.kafka_ready import commit_for
 
 TopicFactory = Callable[..., str]
 # records are two hours old: record i at BASE + i s (at one hour, the record at the committed offset,
@@ -38,7 +39,7 @@ def consumed(kafka_bootstrap: str, make_topic: TopicFactory, group_id: str) -> s
 def commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        consumer.commit(offsets=offsets, asynchronous=False)
+        commit_for(consumer, offsets)
     finally:
         consumer.close()
 

@@ -15,6 +15,7 @@ from laneway import App, Event, ExactlyOnce, Timeouts
 from laneway.kafka.groups import group_lag
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets
+from tests.kafka_ready import commit_for
 
 N = 2000
 STUCK = frozenset(range(0, N, 200))  # the stuck key's offsets: 10 of them, the first at 0
@@ -100,7 +101,7 @@ def test_metadata_laneway_did_not_write_is_ignored_with_a_warning(
     _produce(kafka_bootstrap, topic)
     raw = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
     try:
-        raw.commit(offsets=[TopicPartition(topic, 0, 5, metadata="hello")], asynchronous=False)
+        commit_for(raw, [TopicPartition(topic, 0, 5, metadata="hello")])
     finally:
         raw.close()
     ran: Counter[int] = Counter()

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from laneway import App
-from laneway.kafka.groups import COORDINATOR_BUSY
+from tests.kafka_ready import when_coordinator_ready
 
 if TYPE_CHECKING:
     from tests.security.conftest import SecureBroker
@@ -141,37 +141,6 @@ def read(
     finally:
         consumer.close()
     return got
-
-
-def when_coordinator_ready(
-    call: Callable[[], list[TopicPartition]], timeout: float = 30.0
-) -> list[TopicPartition]:
-    """``call()`` (a consumer's synchronous commit, or its read of the committed offsets), made
-    again while the group's coordinator is not ready, for up to ``timeout`` seconds (pausing
-    0.1 s, doubling up to 1 s). Any other error, or one still there at the deadline, is raised.
-
-    A fresh broker takes on a group's coordinator a moment after the first group request: that
-    request creates ``__consumer_offsets``, and the partitions' leader is in the metadata before
-    the coordinator has loaded them. A FindCoordinator answered in between names the broker, and
-    the OffsetCommit sent there answers NOT_COORDINATOR, which librdkafka gives a synchronous
-    commit as its result without asking again (COORDINATOR_LOAD_IN_PROGRESS it retries itself).
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.1
-    while True:
-        try:
-            got = call()
-        except KafkaException as exc:
-            if exc.args[0].code() not in COORDINATOR_BUSY or time.monotonic() + pause > deadline:
-                raise
-        else:
-            err = next((tp.error for tp in got if tp.error is not None), None)
-            if err is None:
-                return got
-            if err.code() not in COORDINATOR_BUSY or time.monotonic() + pause > deadline:
-                raise KafkaException(err)
-        time.sleep(pause)
-        pause = min(1.0, pause * 2)
 
 
 def commit_offsets(conf: dict[str, str], group: str, offsets: list[TopicPartition]) -> None:

@@ -1,4 +1,4 @@
-"""The secured tests' set-up commits a group's offsets from outside it (``tests.security.support``):
+"""The secured tests' set-up commits a group's offsets from outside it (``tests.kafka_ready``):
 on a fresh broker the group's coordinator may not be ready yet, and the synchronous commit
 answers NOT_COORDINATOR (librdkafka does not ask again). The ``scene`` fixture of
 tests/security/test_denials.py failed so, now and then. The commit and the read of the
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from tests import kafka_ready
 from tests.security import support
 
 
@@ -60,7 +61,7 @@ class _Consumer:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     c = _Clock()
-    monkeypatch.setattr(support, "time", SimpleNamespace(monotonic=c.monotonic, sleep=c.sleep))
+    monkeypatch.setattr(kafka_ready, "time", SimpleNamespace(monotonic=c.monotonic, sleep=c.sleep))
     monkeypatch.setattr(support, "Consumer", _Consumer)
     _Consumer.calls = 0
     return c

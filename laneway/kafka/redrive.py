@@ -81,7 +81,12 @@ __all__ = ["Moved", "Reading", "RedriveError", "RedriveReport", "redrive"]
 logger = logging.getLogger(__name__)
 
 
-def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 30.0) -> dict[str, DeadLetter]:
+def _originals(
+    bootstrap: str,
+    letters: Sequence[DeadLetter],
+    timeout: float = 30.0,
+    stop: threading.Event | None = None,
+) -> dict[str, DeadLetter]:
     """For each letter that left its value out, the original record, read from where its
     ``laneway.original.*`` headers say, as a letter with the original value and headers (and
     the letter's own ``laneway.*`` headers), by the letter's ledger key. Raises
@@ -89,7 +94,8 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
     compaction), or not the record the letter came from (another key: the topic was recreated).
 
     The values are held in memory until the redrive has sent them: near the size limit each,
-    so redrive many such letters a ``--limit`` at a time.
+    so redrive many such letters a ``--limit`` at a time. A set ``stop`` ends the reading with
+    what was read so far (the caller looks at it before it sends anything).
     """
     wanted: dict[tuple[str, int], list[tuple[int, DeadLetter]]] = {}
     for letter in letters:
@@ -128,6 +134,8 @@ def _originals(bootstrap: str, letters: Sequence[DeadLetter], timeout: float = 3
             k = 0
             while k < len(todo):  # forward through the partition, each wanted offset in turn
                 offset, letter = todo[k]
+                if stop is not None and stop.is_set():
+                    return out
                 if time.monotonic() > deadline:
                     raise gone(letter, f"could not be read within {timeout:g}s")
                 msg = consumer.poll(0.2)
@@ -285,7 +293,7 @@ def redrive(
     chosen, skipped, repeats = choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
-    originals = _originals(bootstrap, chosen)
+    originals = _originals(bootstrap, chosen, stop=stop)
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
     if chosen and stopped():  # a dry run too: it lists nothing, the chosen letters are left
         return RedriveReport(

@@ -21,6 +21,7 @@ import typer
 from typer.testing import CliRunner
 
 from laneway.kafka import dlq_reader as dr
+from laneway.kafka import headers as h
 from laneway.kafka import redrive as rd
 from laneway.ops import cli_common
 from laneway.ops.kafka_cli import register
@@ -157,9 +158,11 @@ def _ctrl_c_while_reading_the_originals(monkeypatch: pytest.MonkeyPatch, ctrl_c:
     left their value out are read (the last read before a dry run's report)."""
     real = rd._originals
 
-    def originals(bootstrap: str, letters: Sequence[dr.DeadLetter], timeout: float = 30.0) -> Any:
+    def originals(
+        bootstrap: str, letters: Sequence[dr.DeadLetter], timeout: float = 30.0, stop: Any = None
+    ) -> Any:
         ctrl_c()
-        return real(bootstrap, letters, timeout)
+        return real(bootstrap, letters, timeout, stop)
 
     monkeypatch.setattr(rd, "_originals", originals)
 
@@ -193,6 +196,24 @@ def test_ctrl_c_after_the_reads_of_a_dry_run_exits_130(
     else:
         assert "would move" not in result.stdout and "dry run: nothing changed" in result.stdout
     assert cli.clients == []
+
+
+def test_a_stop_ends_reading_the_originals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the original records of letters that left their value out did not look at the
+    stop: a Ctrl-C there waited for the read (up to its timeout per partition, 30 s)."""
+
+    class Silent(_Consumer):  # a partition whose records do not come
+        def poll(self, timeout: float) -> Any:
+            return None
+
+    monkeypatch.setattr(rd, "tool_consumer", lambda *a, **k: Silent(5))
+    lighter = letter(0)
+    info = {**lighter.info, h.DROPPED: "traceback,value", h.ORIGINAL_PARTITION: "0", h.ORIGINAL_OFFSET: "3"}
+    lighter = dr.DeadLetter(lighter.topic, 0, 0, lighter.key, None, lighter.timestamp, (), info)
+    assert lighter.value_dropped
+    stop = threading.Event()
+    stop.set()
+    assert rd._originals("127.0.0.1:1", [lighter], timeout=1.0, stop=stop) == {}
 
 
 def test_a_stop_ends_reading_a_topic(monkeypatch: pytest.MonkeyPatch) -> None:

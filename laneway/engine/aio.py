@@ -171,6 +171,7 @@ class AsyncPool:
             chunk = waiting.popleft() if waiting else await aready.get()
             if chunk is None:
                 return
+            kept = 0.0  # when this worker began keeping a lane (keep_committing)
             while chunk:
                 self.aturns += 1
                 turn = self.aturns
@@ -183,7 +184,7 @@ class AsyncPool:
                 if self.aturns == turn:
                     await asyncio.sleep(0)
                 if waiting:
-                    more = keep_committing(more, aready.put)
+                    more, kept = keep_committing(more, aready.put, kept)
                     if not more:
                         break
                 chunk = more

@@ -22,7 +22,7 @@ from laneway.engine.monitor import Monitor, take_all
 from laneway.engine.partitions import PartitionState
 from laneway.engine.sampled import Sampled
 
-__all__ = ["ChunkRun", "Engine", "Failed", "keep_committing"]
+__all__ = ["KEEP_FOR", "ChunkRun", "Engine", "Failed", "keep_committing"]
 
 
 class Engine(Protocol):
@@ -53,27 +53,45 @@ class Engine(Protocol):
     def halt(self, error: BaseException) -> None: ...
 
 
-def keep_committing(lanes: list[Lane], put: Callable[[list[Lane]], None]) -> list[Lane]:
+#: how long (s) a lane holding its partition's commit position may keep its worker while other
+#: chunks wait (:func:`keep_committing`); then it goes to the back of the line like any other
+KEEP_FOR = 0.5
+
+
+def keep_committing(
+    lanes: list[Lane], put: Callable[[list[Lane]], None], since: float = 0.0
+) -> tuple[list[Lane], float]:
     """Of lanes with more to run while other chunks wait: one whose head holds its partition's
     commit position (its lowest unfinished offset) keeps this worker; the others go to the back
     of the line (``put``). So the commit position follows the partition's progress instead of
     waiting for the deepest key's turns, and a hot key still gets one worker, never more: a
     lane runs one event at a time. Read without the lock: a stale answer costs a turn, no more.
+    Returns the lane kept (or none) and when its keeping began (``since``: the caller's last
+    answer, 0 for a chunk just taken).
+
+    No lane keeps a worker for good: after :data:`KEEP_FOR` seconds it goes to the back of the
+    line too, so a partition whose lanes wait is never held up by another's backlog. A
+    partition-ordered lane never keeps one (its head always holds the position: keeping would
+    only let the partitions that got the workers first run to the end of their backlogs).
 
     Only small chunks are searched (a slow handler's, where a turn in line is long): a cheap
     handler's chunk of hundreds of lanes comes round again within a chunk budget anyway."""
-    if len(lanes) > 8:
+    if len(lanes) > 8 or lanes[0].spec.ordering == "partition":
         put(lanes)
-        return []
+        return [], 0.0
+    now = time.perf_counter()
+    if since and now - since > KEEP_FOR:
+        put(lanes)
+        return [], 0.0
     for i, lane in enumerate(lanes):
         ev, state = lane[0]
         if ev.offset == state.tracker.lowest():
             rest = lanes[:i] + lanes[i + 1 :]
             if rest:
                 put(rest)
-            return [lane]
+            return [lane], since or now
     put(lanes)
-    return []
+    return [], 0.0
 
 
 class ChunkRun:

@@ -85,6 +85,7 @@ class ThreadPool:
                 return
             self.grow()
             try:
+                kept = 0.0  # when this worker began keeping a lane (keep_committing)
                 while chunk:
                     more = self.run_chunk(chunk)
                     if more:  # a cheap handler's go to the consumer thread while it submits
@@ -94,7 +95,7 @@ class ThreadPool:
                     if not ready.empty():
                         # others wait for a worker: this chunk's next turn is at the back of the
                         # line, but for a lane whose head holds its partition's commit position
-                        more = keep_committing(more, ready.put)
+                        more, kept = keep_committing(more, ready.put, kept)
                         if not more:
                             break
                     chunk = more

@@ -45,7 +45,8 @@ def fenced(dlq_topic: str, kerr: confluent_kafka.KafkaError, *, recorded: int) -
     """The error of a redrive another redrive of the topic fenced (its producer took the id)."""
     return RedriveError(
         f"another redrive of {dlq_topic} started and fenced this one ({kerr.str()}): {recorded} "
-        "letter(s) were sent and recorded, the last batch was not; the other run skips what was recorded"
+        "letter(s) were sent and recorded, the last batch was not; the other run skips what was recorded",
+        recorded=recorded,
     )
 
 
@@ -64,7 +65,8 @@ def refused(letter: DeadLetter, error: ProduceError, *, in_batch: int, recorded:
         f"{error.topic} refused dead letter {letter.ledger_key}: {why}. The transaction of the "
         f"{in_batch} letter(s) sent with it was aborted (read_committed readers never see them; none "
         f"is in the ledger); {recorded} letter(s) before them were sent and recorded. Fix the cause "
-        "(for a size: raise the topic's max.message.bytes) and redrive again: what was recorded is skipped"
+        "(for a size: raise the topic's max.message.bytes) and redrive again: what was recorded is skipped",
+        recorded=recorded,
     )
 
 

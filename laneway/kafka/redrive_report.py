@@ -14,7 +14,13 @@ __all__ = ["Moved", "Reading", "RedriveError", "RedriveReport"]
 
 
 class RedriveError(AdminError):
-    """A redrive could not be done; nothing was sent."""
+    """A redrive could not be done, or could not go on. ``recorded``: how many letters it moved
+    and recorded before it stopped (a fenced run, a letter refused mid-way), None when it
+    stopped before sending anything."""
+
+    def __init__(self, message: str, *, recorded: int | None = None) -> None:
+        super().__init__(message)
+        self.recorded = recorded
 
 
 @dataclass(frozen=True)

@@ -230,18 +230,23 @@ def dlq_redrive(
             recorded[0] = done
             moving(done, total)
 
-        report = rd.redrive(
-            address,
-            topic,
-            to=to,
-            filters=parsed,
-            limit=limit,
-            force=force,
-            dry_run=dry_run,
-            progress=progress,
-            reading=reading,
-            stop=stop,
-        )
+        try:
+            report = rd.redrive(
+                address,
+                topic,
+                to=to,
+                filters=parsed,
+                limit=limit,
+                force=force,
+                dry_run=dry_run,
+                progress=progress,
+                reading=reading,
+                stop=stop,
+            )
+        except rd.RedriveError as exc:
+            if json and exc.recorded is not None:  # a script learns what moved before the error
+                common.echo_json({"dlq_topic": topic, "error": str(exc), "recorded": exc.recorded})
+            raise
     _print_redrive(report, json=json)
     if report.interrupted:
         typer.secho(_interrupted(report, limit), err=True)

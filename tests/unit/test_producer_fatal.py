@@ -20,7 +20,7 @@ from laneway.kafka import redrive as rd
 from laneway.kafka.producer import ProduceError, Producer
 from laneway.kafka.redrive_move import refused
 from laneway.kafka.transactions import TransactionalProducer, TransactionError
-from tests.unit.redrive_fakes import DLQ, FakeBroker, FakeClient, fatal_error, system_error
+from tests.unit.redrive_fakes import DLQ, FakeBroker, FakeClient, fatal_error, letter, system_error
 from tests.unit.redrive_fakes import broker as broker  # the fixture
 
 
@@ -126,3 +126,23 @@ def test_a_redrive_whose_producer_met_its_end_says_another_run_fenced_it(code: i
     message = str(refused(letter, err, in_batch=20, recorded=40))  # type: ignore[arg-type]
     assert message.startswith("another redrive of orders.dlq started and fenced this one")
     assert "40 letter(s) were sent and recorded" in message and "max.message.bytes" not in message
+
+
+def test_a_fenced_redrive_with_json_says_on_stdout_what_it_recorded(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: a redrive fenced by another printed nothing on stdout with --json, so a script
+    never learned that 500 letters had moved before the error."""
+    import orjson
+
+    from laneway.ops import cli_common
+    from tests.unit.test_redrive_interrupt import _run
+
+    monkeypatch.setattr(cli_common, "connect", lambda bootstrap: ("127.0.0.1:9092", object()))
+    broker.letters = [letter(i) for i in range(1200)]  # three batches of the command's 500
+    broker.fence = ("commit", 2)
+    result = _run("dlq", "redrive", DLQ, "--json")
+    assert result.exit_code == 2, result.output
+    out = orjson.loads(result.stdout)
+    assert out["dlq_topic"] == DLQ and out["recorded"] == len(broker.recorded) == 500
+    assert out["error"].startswith(f"another redrive of {DLQ} started and fenced this one")

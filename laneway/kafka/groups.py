@@ -180,13 +180,18 @@ class GroupLag:
 def group_lag(admin: AdminClient, bootstrap: str, group: str, *, probe_timeout: float = 5.0) -> GroupLag:
     """Per partition: committed offset, end offset, lag and age of the oldest unconsumed record.
 
+    The partitions are every partition of each topic the group has committed offsets for or is
+    assigned: one the group has no offset for (a group with no members never read it) counts
+    its records from the low watermark, where a consumer starting it with ``earliest`` would.
+
     A broker that went away (no answer in time) raises
     :class:`~laneway.kafka.admin.BrokerUnreachableError`.
     """
     try:
         gs = group_state(admin, group)
         require_group(gs)
-        tps = sorted(set(gs.committed) | set(gs.assigned))
+        known = set(gs.committed) | set(gs.assigned)
+        tps = sorted(known | _other_partitions(admin, {t for t, _ in known}))
         marks = watermarks(admin, tps)
     except TimeoutError as exc:  # the offsets' futures: concurrent.futures.TimeoutError
         raise BrokerUnreachableError(
@@ -219,6 +224,19 @@ def group_lag(admin: AdminClient, bootstrap: str, group: str, *, probe_timeout: 
             )
         )
     return GroupLag(group, gs.state, gs.members, tuple(rows), now)
+
+
+def _other_partitions(admin: AdminClient, topics: set[str]) -> set[tuple[str, int]]:
+    """Every partition of ``topics`` (a topic deleted since, or not described, gives none)."""
+    out: set[tuple[str, int]] = set()
+    for topic in topics:
+        try:
+            found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException:
+            continue
+        if found is not None and found.error is None:
+            out.update((topic, p) for p in found.partitions)
+    return out
 
 
 def _timestamps_at(

@@ -76,6 +76,25 @@ def test_lag_per_partition(kafka_bootstrap: str, consumed: str, group_id: str) -
     assert [orjson.loads(line)["total_lag"] for line in watched.stdout.splitlines()] == [6, 6]
 
 
+def test_lag_counts_the_partitions_an_empty_group_never_committed(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """A review: an app halted after committing one partition of eight; `laneway lag` listed
+    that partition only, and its total lag left out the others' records (21,196 of ~100,000)."""
+    topic = make_topic(partitions=3)
+    with Producer(kafka_bootstrap) as producer:
+        for p in (0, 1, 2):
+            for i in range(5 + p):
+                producer.send_async(topic, {"p": p, "i": i}, partition=p)
+    commit(kafka_bootstrap, group_id, [TopicPartition(topic, 1, 2)])
+    result = invoke(kafka_bootstrap, "lag", group_id, "--json")
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    rows = {row["partition"]: (row["committed"], row["end"], row["lag"]) for row in data["partitions"]}
+    assert rows == {0: (None, 5, 5), 1: (2, 6, 4), 2: (None, 7, 7)}
+    assert data["total_lag"] == 16
+
+
 def test_lag_unknown_group(kafka_bootstrap: str) -> None:
     result = invoke(kafka_bootstrap, "lag", f"nobody-{uuid.uuid4().hex[:6]}")
     assert "unknown consumer group" in one_line_error(result)

@@ -13,7 +13,6 @@ flushed: it says how many records it produced and exits with code 130.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import threading
@@ -172,14 +171,12 @@ def generate_cmd(
     address = _resolve(bootstrap)
     with _kafka_errors():  # before generating: no broker, no denial, no waiting
         _check_then_create(address, {topic: partitions}, {topic: "write to"})
-    records = generate(config)
-    if start_time_ms is None:
-        # the stream replays a metastore's changes up to now: its event times end as producing
-        # starts, so the sync's arrival and freshness figures (record timestamp and Delta commit
-        # against event time) are never negative (from now on, at --rate 0, they were)
-        span = max((r.arrival_ms for r in records), default=0)
-        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
-        records = generate(config)
+    # without --start-time-ms the stream replays a metastore's changes up to now: its event
+    # times end before producing starts, so the sync's arrival and freshness figures (record
+    # timestamp and Delta commit against event time) are never negative (from now on, at
+    # --rate 0, they were); generated once, its span read from its timeline
+    now_ms = int(time.time() * 1000) if start_time_ms is None else None
+    records = generate(config, ends_at_ms=now_ms)
     stop = threading.Event()
     try:  # Ctrl-C: what was sent is flushed, then exit 130; a second Ctrl-C exits at once
         with graceful_interrupts(stop.set) as interrupts:

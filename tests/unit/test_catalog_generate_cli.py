@@ -4,6 +4,7 @@ is generated says that nothing was sent."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 from collections import Counter
 from typing import Any
 
@@ -70,3 +71,36 @@ def test_an_explicit_start_time_is_kept(produced: list[list[GeneratedRecord]]) -
     assert result.exit_code == 0, result.output
     config = GeneratorConfig(entities=20, events=200, seed=3, start_time_ms=1000)
     assert produced == [generator.generate(config)]
+
+
+class _Unhandled(Exception):
+    """The test's own handler of the signal: the command set none of its own."""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_generating_says_nothing_was_sent(
+    monkeypatch: pytest.MonkeyPatch, produced: list[list[GeneratedRecord]], signum: signal.Signals
+) -> None:
+    # the finding: a Ctrl-C in the seconds a big stream takes to generate exited 130 without a word
+    def unhandled(*_: Any) -> None:
+        raise _Unhandled
+
+    before = signal.signal(signum, unhandled)  # a SIGTERM the command does not handle: no kill
+    generated: list[int] = []
+
+    def interrupted(config: GeneratorConfig, **_: Any) -> list[GeneratedRecord]:
+        signal.raise_signal(signum)
+        generated.append(1)  # not reached: the signal unwinds the generation
+        return []
+
+    monkeypatch.setattr(generator, "generate", interrupted)
+    try:
+        result = _generate("--no-progress", "--topic", "t1")
+    finally:
+        signal.signal(signum, before)
+    assert not isinstance(result.exception, _Unhandled), result.output
+    assert result.exit_code == 128 + signum, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "interrupted while generating the stream, before producing: nothing was sent to t1"
+    )
+    assert produced == [] and generated == []

@@ -26,6 +26,7 @@ import typer
 
 from laneway.interrupts import graceful_interrupts
 from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
+from laneway.ops.help_text import off_switch
 from laneway.ops.log_level import LogLevel, setup_logging
 
 __all__ = ["catalog_app", "register"]
@@ -236,8 +237,14 @@ def sync_cmd(
     ] = 0.02,
     partitions: Annotated[int, typer.Option(min=1, help="partitions of the topics created when missing")] = 8,
     until_caught_up: Annotated[
-        bool, typer.Option(help="exit once every change is processed instead of running until Ctrl-C")
+        bool,
+        typer.Option(
+            "--until-caught-up",
+            help="exit once every change is processed instead of running until Ctrl-C",
+            show_default=False,
+        ),
     ] = False,
+    no_until_caught_up: Annotated[bool, off_switch("until_caught_up")] = False,  # never read
     timeout: Annotated[
         float,
         typer.Option(

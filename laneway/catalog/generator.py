@@ -22,6 +22,7 @@ no Kafka involved. The entities and their changes are made in :mod:`laneway.cata
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -180,12 +181,22 @@ def _invalid_value(event: dict[str, Any], kind: int) -> bytes:
     return orjson.dumps(bad)
 
 
-def generate(config: GeneratorConfig) -> list[GeneratedRecord]:
-    """The change stream ``config`` describes, in arrival order (deterministic for a seed)."""
+def generate(config: GeneratorConfig, *, ends_at_ms: int | None = None) -> list[GeneratedRecord]:
+    """The change stream ``config`` describes, in arrival order (deterministic for a seed).
+
+    ``ends_at_ms``: instead of ``config.start_time_ms``, the stream starts where its last arrival
+    is at ``ends_at_ms`` (its span, read from the timeline at start 0): the stream of ``config``
+    with that start, byte for byte, generated once (not once to learn the span, then again)."""
     rng = random.Random(config.seed)
     entities = build_entities(config.entities, rng)
     owners = [e.name for e in entities if e.entity_type == "owner"]
     units, hot = _units(entities, config, rng)
+    if ends_at_ms is not None:
+        state = rng.getstate()  # the timeline again, from the same draws, at the start found
+        at_zero = _timeline(units, dataclasses.replace(config, start_time_ms=0), rng)
+        span = max((int(arrival) for arrival, *_ in at_zero), default=0)
+        rng.setstate(state)
+        config = dataclasses.replace(config, start_time_ms=ends_at_ms - span)
     slots = _timeline(units, config, rng)
     times: dict[int, list[int]] = defaultdict(list)
     for _, _, idx, event_time in slots:

@@ -69,7 +69,10 @@ def _given(value: str | None) -> str | None:
     """``--bootstrap``'s callback: an empty one exits 2 (it was taken as unset, and the command
     went to another broker without a word)."""
     return refuse_empty_option(
-        value, "--bootstrap", give="host:port", then=f"${ENV_VAR}, then {_BOOTSTRAP_THEN}"
+        value,
+        "--bootstrap",
+        give="host:port",
+        then=f"the --client-config file's bootstrap.servers, then ${ENV_VAR}, then {_BOOTSTRAP_THEN}",
     )
 
 

@@ -8,12 +8,12 @@ else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no b
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync
 --until-caught-up`` does when it gives up. Ctrl-C stops ``generate`` once what it sent is
-flushed: it says how many records it produced and exits with code 130.
+flushed: it says how many records it produced and exits with code 130; while the stream is
+generated, before producing, it says that nothing was sent (130 too; 143 after SIGTERM).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import threading
@@ -26,6 +26,7 @@ import typer
 
 from laneway.interrupts import graceful_interrupts
 from laneway.ops.bootstrap import Bootstrap, with_client_config  # the operations commands' options
+from laneway.ops.help_text import off_switch
 from laneway.ops.log_level import LogLevel, setup_logging
 
 __all__ = ["catalog_app", "register"]
@@ -172,17 +173,30 @@ def generate_cmd(
     address = _resolve(bootstrap)
     with _kafka_errors():  # before generating: no broker, no denial, no waiting
         _check_then_create(address, {topic: partitions}, {topic: "write to"})
-    records = generate(config)
-    if start_time_ms is None:
-        # the stream replays a metastore's changes up to now: its event times end as producing
-        # starts, so the sync's arrival and freshness figures (record timestamp and Delta commit
-        # against event time) are never negative (from now on, at --rate 0, they were)
-        span = max((r.arrival_ms for r in records), default=0)
-        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000) - span)
-        records = generate(config)
+    # without --start-time-ms the stream replays a metastore's changes up to now: its event
+    # times end before producing starts, so the sync's arrival and freshness figures (record
+    # timestamp and Delta commit against event time) are never negative (from now on, at
+    # --rate 0, they were); generated once, its span read from its timeline
+    now_ms = int(time.time() * 1000) if start_time_ms is None else None
     stop = threading.Event()
+    generated = threading.Event()  # set once the stream is in hand
+
+    def on_signal() -> None:
+        stop.set()
+        if not generated.is_set():  # generate() looks at no event: unwind it (seconds for 100k+)
+            raise KeyboardInterrupt
+
     try:  # Ctrl-C: what was sent is flushed, then exit 130; a second Ctrl-C exits at once
-        with graceful_interrupts(stop.set) as interrupts:
+        with graceful_interrupts(on_signal) as interrupts:
+            try:
+                records = generate(config, ends_at_ms=now_ms)
+                generated.set()
+            except KeyboardInterrupt:
+                typer.secho(
+                    f"interrupted while generating the stream, before producing: nothing was sent to {topic}",
+                    err=True,
+                )
+                raise typer.Exit(128 + (interrupts.received or 2)) from None
             result = produce(
                 records,
                 bootstrap=address,
@@ -223,8 +237,14 @@ def sync_cmd(
     ] = 0.02,
     partitions: Annotated[int, typer.Option(min=1, help="partitions of the topics created when missing")] = 8,
     until_caught_up: Annotated[
-        bool, typer.Option(help="exit once every change is processed instead of running until Ctrl-C")
+        bool,
+        typer.Option(
+            "--until-caught-up",
+            help="exit once every change is processed instead of running until Ctrl-C",
+            show_default=False,
+        ),
     ] = False,
+    no_until_caught_up: Annotated[bool, off_switch("until_caught_up")] = False,  # never read
     timeout: Annotated[
         float,
         typer.Option(

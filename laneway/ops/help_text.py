@@ -11,16 +11,42 @@ lines still part the paragraphs.
 
 Help is written so each ``Example:`` paragraph fits one line of 80 columns (a command cut in two
 cannot be copied); ``tests/unit/test_help_pages.py`` checks both for every command.
+
+typer draws the options in a table of columns: the name, the short name, a flag's ``--no-...``,
+the type, the help. When they do not fit the terminal, rich narrows the widest columns to the
+width of the next until they do: the help down to the names' width, then the names with it, so
+``--max-offsets-per-batch`` showed as ``--max-offsets-per…`` at 80 columns. A long flag that is
+off by default is declared alone, its ``--no-...`` still taken but not shown (:func:`off_switch`),
+so its column stays empty; ``tests/unit/test_help_option_names.py`` checks every command.
+
+    until_caught_up: Annotated[bool, typer.Option("--until-caught-up", help="...")] = False,
+    no_until_caught_up: Annotated[bool, off_switch("until_caught_up")] = False,  # never read
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from typing import Any
 
 import typer
 
-__all__ = ["reflow", "reflow_app"]
+__all__ = ["off_switch", "reflow", "reflow_app"]
+
+
+def off_switch(flag: str) -> Any:
+    """The option ``--no-FLAG`` (``flag`` the parameter's name, ``_`` for ``-``) of a flag
+    declared alone, hidden from ``--help``: given, it sets the flag's parameter to False, and the
+    last of the two given wins, as with ``--FLAG/--no-FLAG`` (click processes options in the order
+    given). Its own parameter is never passed to the command (it keeps its default)."""
+
+    def switch_off(ctx: typer.Context, value: bool) -> None:
+        if value:
+            ctx.params[flag] = False
+
+    return typer.Option(
+        "--no-" + flag.replace("_", "-"), hidden=True, expose_value=False, callback=switch_off
+    )
 
 
 def reflow(text: str) -> str:

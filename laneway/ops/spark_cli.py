@@ -19,6 +19,7 @@ import typer
 
 from laneway.interrupts import run_stoppable
 from laneway.ops.bootstrap import Bootstrap, with_client_config
+from laneway.ops.help_text import off_switch
 from laneway.ops.log_level import LogLevel, setup_logging
 from laneway.spark.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER, MASTER_FORMS  # no pyspark import
 from laneway.spark.sizes import conf_size_problems
@@ -160,7 +161,7 @@ def run(
     warehouse: Warehouse = "warehouse",
     checkpoint: Annotated[
         str | None,
-        typer.Option(help="streaming checkpoint folder; default <warehouse>/_checkpoints/pipeline"),
+        typer.Option(help="streaming checkpoint folder; default: _checkpoints/pipeline in --warehouse"),
     ] = None,
     topic: Annotated[str, typer.Option(help="the topic of entity snapshots")] = "catalog.entities",
     trigger: Annotated[
@@ -192,11 +193,14 @@ def run(
     deletion_vectors: Annotated[
         bool,
         typer.Option(
+            "--deletion-vectors",
             help="a batch small against entities (its entities at most a tenth of the rows) is "
             "MERGEd with Delta deletion vectors instead of rewriting the table's files (large "
-            "catalogs fed live; upgrades the table's protocol)"
+            "catalogs fed live; upgrades the table's protocol); off unless given",
+            show_default=False,
         ),
     ] = False,
+    no_deletion_vectors: Annotated[bool, off_switch("deletion_vectors")] = False,  # never read
     master: Master = "local[*]",
     conf: Conf = None,
     metrics_port: Annotated[

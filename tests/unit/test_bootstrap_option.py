@@ -79,3 +79,15 @@ def test_an_empty_bootstrap_variable_exits_2_with_its_name() -> None:
     result = _invoke("lag", "review-app", env={"LANEWAY_BOOTSTRAP": ""})
     assert result.exit_code == 2, result.output
     assert "LANEWAY_BOOTSTRAP is set but empty" in result.stderr
+
+
+def test_the_empty_bootstrap_message_gives_the_order_used() -> None:
+    # the finding: it said "then $LANEWAY_BOOTSTRAP, then ...", leaving out the --client-config
+    # file's bootstrap.servers, which with_client_config takes before the variable
+    result = _invoke("lag", "app1", "-b", "")
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.stderr.split())
+    assert (
+        "leave the option out (then the --client-config file's bootstrap.servers, "
+        "then $LANEWAY_BOOTSTRAP, then `laneway broker`'s, then 127.0.0.1:9092)"
+    ) in message, result.stderr

@@ -6,11 +6,14 @@ one release.
 ``kafka_config`` is the consumers' configuration. Laneway's producers (emitted records, dead
 letters) take only its connection and security settings (:func:`shared_client_config`), then
 ``producer_config``: librdkafka warns about every consumer property a producer is given.
+A producer property in ``kafka_config`` or a consumer property in ``producer_config`` is a
+``ConfigError`` when the app is built (:func:`librdkafka_refusal`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -94,9 +97,6 @@ def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kafka_config.items() if k in SHARED_KEYS or k.startswith(SHARED_PREFIXES)}
 
 
-#: what a client built only to check settings logs: nothing (no broker is named, by design)
-_QUIET = logging.Logger("laneway.settings.check", logging.CRITICAL + 1)
-_QUIET.addHandler(logging.NullHandler())
 #: librdkafka's security protocols; a valid one is checked as plaintext (see librdkafka_refusal)
 _PROTOCOLS: Final[frozenset[str]] = frozenset({"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"})
 
@@ -120,13 +120,63 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
     if str(conf.get("security.protocol", "plaintext")).lower() in _PROTOCOLS:
         conf["security.protocol"] = "plaintext"
     try:
-        if consumer:
-            Consumer({**conf, "group.id": "laneway-settings-check"}, logger=_QUIET).close()
-        else:
-            Producer(conf, logger=_QUIET)  # freed (librdkafka's threads joined) when dropped
+        wrong_side = _wrong_side(conf, consumer=consumer)
     except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
         return secrets.refusal_text(exc, config)
-    return None
+    if not wrong_side:
+        return None
+    key, name = _user_key(conf, wrong_side[0], consumer=consumer)
+    alias = f" (librdkafka's {name})" if name != key else ""
+    if consumer:
+        return f"{key!r}{alias} is a producer setting: give it in producer_config"
+    return f"{key!r}{alias} is a consumer setting: give it in kafka_config"
+
+
+#: librdkafka's CONFWARN line for a property the other kind of client takes; it names the
+#: property's own name, also when an alias of it was given (linger.ms: queue.buffering.max.ms)
+_WRONG_SIDE = re.compile(
+    r"Configuration property (\S+) is a (?:producer|consumer) property and will be ignored"
+)
+
+
+class _WrongSide(logging.Handler):
+    """Collects the properties librdkafka says the client it logs for ignores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if m := _WRONG_SIDE.search(record.getMessage()):
+            self.names.append(m.group(1))
+
+
+def _wrong_side(conf: dict[str, Any], *, consumer: bool) -> list[str]:
+    """The properties of ``conf`` a consumer (``consumer``) or a producer built with it ignores,
+    as librdkafka names them: it logs them when the client is built, and a poll serves the lines."""
+    logger = logging.Logger("laneway.settings.check", logging.WARNING)
+    seen = _WrongSide()
+    logger.addHandler(seen)
+    if consumer:
+        client = Consumer({**conf, "group.id": "laneway-settings-check"}, logger=logger)
+        client.poll(0)
+        client.close()
+    else:
+        producer = Producer(conf, logger=logger)  # freed (librdkafka's threads joined) when dropped
+        producer.poll(0)
+    return seen.names
+
+
+def _user_key(conf: dict[str, Any], name: str, *, consumer: bool) -> tuple[str, str]:
+    """The key of ``conf`` librdkafka's ``name`` stands for, and ``name``: the key itself, or
+    the alias the user wrote, found by building a client with each other key alone (only on
+    the way to an error)."""
+    if name in conf:
+        return name, name
+    for key, value in conf.items():
+        if key != "security.protocol" and name in _wrong_side({key: value}, consumer=consumer):
+            return key, name
+    return name, name
 
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning

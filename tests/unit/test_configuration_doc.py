@@ -29,7 +29,7 @@ def _tables() -> dict[str, list[list[str]]]:
             tables[section] = []
         elif line.startswith("|") and section:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if set(cells[0]) <= {"-"} or cells[0] in ("Option", "Keyword"):
+            if set(cells[0]) <= {"-"} or cells[0] in ("Option", "Keyword", "Field"):
                 continue
             tables[section].append(cells)
     return tables
@@ -114,9 +114,27 @@ def test_every_table_is_checked() -> None:
         "Tracing",
         "Retry",
         "Delay",
+        "Event",
         "Command lines",
         "Keywords replaced by policy objects",
     }
+
+
+#: the Event's fields the engine keeps for itself: the doc names them as not for handlers
+ENGINE_FIELDS = ("size", "first_failure", "last_failure", "outputs")
+
+
+def test_the_event_table_lists_the_handler_fields() -> None:
+    """A user guessed ``event.timestamp`` (it is ``timestamp_ms``): the table lists every field of
+    the handler's argument but the engine's own, which the doc names below it."""
+    from laneway.engine.events import Event
+
+    documented = {name.strip("`") for name, _type, _meaning in _tables()["Event"]}
+    assert documented == {f.name for f in dataclasses.fields(Event)} - set(ENGINE_FIELDS)
+    text = DOC.read_text()
+    assert ", ".join(f"`{f}`" for f in ENGINE_FIELDS[:-1]) + f" and `{ENGINE_FIELDS[-1]}`" in text
+    assert "`event.emit(topic, value, key=None, headers=None)`" in text
+    assert list(inspect.signature(Event.emit).parameters) == ["self", "topic", "value", "key", "headers"]
 
 
 def test_the_command_line_table_matches_the_code() -> None:

@@ -92,3 +92,28 @@ def test_producer_config_overrides_the_shared_keys_and_has_the_same_reserved_one
 )
 def test_connection_and_security_keys_are_shared(key: str) -> None:
     assert shared_client_config({key: "x", "fetch.wait.max.ms": 10}) == {key: "x"}
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"linger.ms": 5}, "'linger.ms' (librdkafka's queue.buffering.max.ms)"),
+        ({"client.id": "c", "acks": "all"}, "'acks' (librdkafka's request.required.acks)"),
+        ({"enable.idempotence": True}, "'enable.idempotence'"),
+    ],
+)
+def test_a_producer_setting_in_kafka_config_is_refused(config: dict[str, Any], key: str) -> None:
+    """librdkafka only warned (CONFWARN, naming queue.buffering.max.ms) and the consumer dropped it."""
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", kafka_config=config)
+    assert info.value.field == "kafka_config"
+    assert str(info.value) == f"kafka_config: {key} is a producer setting: give it in producer_config"
+
+
+def test_a_consumer_setting_in_producer_config_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"auto.offset.reset": "earliest"})
+    assert info.value.field == "producer_config"
+    assert str(info.value) == (
+        "producer_config: 'auto.offset.reset' is a consumer setting: give it in kafka_config"
+    )

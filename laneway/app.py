@@ -105,11 +105,12 @@ class App:
         )
         # a properties file (Kafka's --command-config format): the base kafka_config overrides
         from_file = load_client_config(client_config) if client_config is not None else {}
+        file_only = set(from_file) - set(kafka_config or {})  # a shared file may hold producer keys
         kafka_config = {**from_file, **(kafka_config or {})}
-        secrets.remember(kafka_config)
-        secrets.remember(producer_config or {})
+        for given in (kafka_config, producer_config or {}):
+            secrets.remember(given)
         try:
-            self.settings = AppSettings(
+            self.settings = AppSettings.model_validate(dict(
                 name=name,
                 bootstrap_servers=bootstrap_servers,
                 group_id=group_id if group_id is not None else name,
@@ -124,7 +125,7 @@ class App:
                 kafka_config=kafka_config,
                 producer_config=producer_config or {},
                 tracing=Tracing() if tracing is True else tracing or None,
-            )
+            ), context={"file_only": file_only})  # fmt: skip
         except ValidationError as exc:
             first = exc.errors()[0]
             reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
@@ -101,10 +101,12 @@ def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
 _PROTOCOLS: Final[frozenset[str]] = frozenset({"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"})
 
 
-def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
+def librdkafka_refusal(config: dict[str, Any], *, consumer: bool, skip: Collection[str] = ()) -> str | None:
     """What librdkafka says of ``config`` (an unknown property, a bad value), or None when it
     takes it: a consumer (``kafka_config``) or a producer (``producer_config``) is built with it
-    and closed at once, in a few milliseconds, without connecting to anything.
+    and closed at once, in a few milliseconds, without connecting to anything. A setting of the
+    other kind of client (a producer's in ``kafka_config``) is refused too, unless its key is in
+    ``skip``.
 
     Left out of the check, so that building the client has no side effects: the broker list
     (no connection), the callables (an ``oauth_cb`` would be called), and the security: a valid
@@ -123,9 +125,11 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool) -> str | None:
         wrong_side = _wrong_side(conf, consumer=consumer)
     except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
         return secrets.refusal_text(exc, config)
-    if not wrong_side:
+    found = [_user_key(conf, name, consumer=consumer) for name in wrong_side]
+    found = [(key, name) for key, name in found if key not in skip]
+    if not found:
         return None
-    key, name = _user_key(conf, wrong_side[0], consumer=consumer)
+    key, name = found[0]
     alias = f" (librdkafka's {name})" if name != key else ""
     if consumer:
         return f"{key!r}{alias} is a producer setting: give it in producer_config"
@@ -271,7 +275,10 @@ class AppSettings(BaseModel):
         if empty := empty_broker_list(v):  # dropped for bootstrap_servers without a word
             raise ValueError(empty[1])
         # an unknown property or a bad value: now, naming the field, not when the app starts
-        if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config")):
+        # the keys of App's client_config file are not held to the client's side: the file may be
+        # one shared with the command lines' producers
+        skip = (info.context or {}).get("file_only", set()) if info.field_name == "kafka_config" else set()
+        if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config", skip=skip)):
             raise ValueError(refusal)
         return v
 

@@ -117,3 +117,13 @@ def test_a_consumer_setting_in_producer_config_is_refused() -> None:
     assert str(info.value) == (
         "producer_config: 'auto.offset.reset' is a consumer setting: give it in kafka_config"
     )
+
+
+def test_a_producer_setting_in_a_client_config_file_is_taken(tmp_path: Any) -> None:
+    """A client-config file may be shared with the command lines' producers (`dlq redrive`): its
+    producer keys are not refused by App, only those given in kafka_config itself."""
+    shared = tmp_path / "client.properties"
+    shared.write_text("acks=all\nlinger.ms=5\n")
+    App("orders", bootstrap_servers="127.0.0.1:1", client_config=shared)  # no ConfigError
+    with pytest.raises(ConfigError, match=r"'linger\.ms' .* is a producer setting"):
+        App("orders", bootstrap_servers="127.0.0.1:1", client_config=shared, kafka_config={"linger.ms": 5})

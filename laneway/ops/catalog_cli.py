@@ -3,7 +3,8 @@
 laneway catalog generate --bootstrap HOST:PORT --entities 1000 --events 100000 --rate 2000
 
 ``--bootstrap``/``-b`` resolves as in the operations commands (:mod:`laneway.ops.bootstrap`):
-the flag, else ``$LANEWAY_BOOTSTRAP``, else the broker ``laneway broker start`` recorded,
+the flag, else the ``--client-config`` file's ``bootstrap.servers``, else ``$LANEWAY_BOOTSTRAP``,
+else the broker ``laneway broker start`` recorded,
 else 127.0.0.1:9092 (:func:`laneway.ops.bootstrap.resolve_bootstrap`). When no broker answers,
 a command prints one line and exits with code 2, as they do; ``generate`` exits with code 1,
 after one line, when producing stops midway (the broker went away), as ``sync

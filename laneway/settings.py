@@ -125,11 +125,12 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool, skip: Collecti
         wrong_side = _wrong_side(conf, consumer=consumer)
     except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
         return secrets.refusal_text(exc, config)
-    found = [_user_key(conf, name, consumer=consumer) for name in wrong_side]
-    found = [(key, name) for key, name in found if key not in skip]
-    if not found:
+    if wrong_side and skip:  # only the keys held to the rule: one more build, on this path only
+        conf = {k: v for k, v in conf.items() if k not in skip}
+        wrong_side = _wrong_side(conf, consumer=consumer)
+    if not wrong_side:
         return None
-    key, name = found[0]
+    key, name = _user_key(conf, wrong_side[0], consumer=consumer)
     alias = f" (librdkafka's {name})" if name != key else ""
     if consumer:
         return f"{key!r}{alias} is a producer setting: give it in producer_config"

@@ -14,9 +14,7 @@ app.run()          # until SIGINT/SIGTERM; or: laneway run mymodule:app
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
+from laneway import running
 from laneway.engine.handlers import HandlerFn, HandlerSpec
 from laneway.engine.policies import (
     Backpressure,
@@ -45,12 +44,11 @@ from laneway.kafka.closing import quietly
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.preflight import preflight
 from laneway.kafka.source import KafkaSource
-from laneway.lifecycle import AppState, AppStateError, Lifecycle, tune_gc
-from laneway.monitor.joining import JoinWatch
+from laneway.lifecycle import AppState, AppStateError, Lifecycle
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
 from laneway.monitor.status import StatusBoard
 from laneway.registration import check_handler, check_topic, deserializer_of
-from laneway.settings import AppSettings, Tracing, replica, shared_client_config, upgrade_keywords
+from laneway.settings import AppSettings, Tracing, shared_client_config, upgrade_keywords
 
 __all__ = ["App", "AppSettings", "AppState", "AppStateError"]
 
@@ -279,80 +277,10 @@ class App:
         return self
 
     def _bind_server(self) -> HealthServer | None:
-        """The HTTP endpoint, bound but not serving: a port in use fails the start, naming the
-        field, before anything runs."""
-        if (wanted := self.settings.metrics_server) is None:
-            return None
-        try:
-            return HealthServer(
-                self.metrics.registry,
-                self.health,
-                wanted.port,
-                host=wanted.host,
-                status=self.status.document,
-            )
-        except OSError as exc:
-            host = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL  # not a port's fault
-            raise ConfigError(
-                "metrics_server.host" if host else "metrics_server.port",
-                f"cannot serve on {wanted.host}:{wanted.port}: {exc.strerror or exc}",
-            ) from None
+        return running.bind_server(self)
 
     def _launch(self, server: HealthServer | None) -> None:
-        """Start the HTTP endpoint, the workers and the consumers."""
-        s = self.settings
-        if server is not None and (wanted := s.metrics_server) is not None:
-            self._server = server.start()
-            logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
-        if s.gc_tuning:
-            tune_gc()
-        self._dead_letters = KafkaDeadLetters(self._producer_config())
-        self.processor = Processor(
-            self._traced(self.handlers),
-            concurrency=s.concurrency,
-            event_loop=s.event_loop,
-            dead_letters=self._dead_letters,
-            metrics=self.metrics,
-            on_fatal=self._on_fatal,
-        )
-        self.status.delays = {t: h.delay.seconds for t, h in self.handlers.items() if h.delay is not None}
-        self.status.start(JoinWatch.of(s, self.metrics, self._life.stopping))  # logs a wait for the group
-        topics = sorted(self.handlers)
-        for i in range(s.consumers):
-            conf = {**self._client_config(), "group.id": s.group_id, "client.id": f"{s.name}-{i}"}
-            source = KafkaSource(
-                conf,
-                topics,
-                self.processor,
-                backpressure=s.backpressure,
-                timeouts=s.timeouts,
-                exactly_once=replica(s.exactly_once, i),
-                metrics=self.metrics,
-                name=f"laneway-consumer-{i}",
-                on_fatal=self._on_fatal,
-                producer_config=self._producer_config(),
-            )
-            self.sources.append(source)
-            source.start()
-        started = "%s started: %d consumer(s), concurrency %d, topics %s"
-        logger.info(started, s.name, s.consumers, s.concurrency, topics)
-
-    def _traced(self, handlers: dict[str, HandlerSpec]) -> dict[str, HandlerSpec]:
-        """The handlers the engine runs: wrapped in spans when tracing is on (docs/tracing.md)."""
-        if (t := self.settings.tracing) is None:
-            return handlers
-        from laneway.monitor.tracing import traced
-
-        return {
-            topic: traced(
-                spec,
-                group=self.settings.group_id,
-                tracer_provider=t.tracer_provider,
-                producer_as_parent=t.producer_as_parent,
-                max_key_length=t.max_key_length,
-            )
-            for topic, spec in handlers.items()
-        }
+        running.launch(self, server)
 
     @property
     def metrics_port(self) -> int | None:
@@ -366,27 +294,7 @@ class App:
     def health(self) -> str | None:
         """None when healthy, else the reason: ``stopping`` and ``stopped`` for an app asked
         to stop (a drain is not a crash), ``halted: ...`` for a halt."""
-        if self.fatal is not None:
-            return f"halted: {self.fatal}"
-        if (state := self.state) in ("stopping", "stopped"):
-            return state
-        if self.processor is not None and (problem := self.processor.alive()):
-            return problem
-        now = time.monotonic()
-        beat = self.processor.loop_heartbeat if self.processor is not None else None
-        if beat is not None and now - beat > self.settings.timeouts.stall:
-            return (
-                f"the asyncio worker loop has not run for {now - beat:.0f}s "
-                "(an async def handler blocking it: a time.sleep, a blocking client call)"
-            )
-        for src in self.sources:
-            if not src.alive:
-                return "a consumer thread has stopped"
-            if now - src.heartbeat > self.settings.timeouts.stall:
-                return f"consumer loop has not advanced for {now - src.heartbeat:.0f}s"
-            if src.lost_group:
-                return "a consumer lost its group membership"
-        return self.status.stalled()
+        return running.health(self)
 
     def _paused_partitions(self) -> set[tuple[str, int]]:
         out: set[tuple[str, int]] = set()
@@ -419,31 +327,7 @@ class App:
         logger.info("%s stopped", self.settings.name)
 
     def _close(self) -> None:
-        processor = self.processor
-        for src in self.sources:
-            src.drain()
-        drained = True
-        if processor is not None and self.fatal is None:
-            drained = processor.drain(self.settings.timeouts.shutdown)
-            if not drained:
-                logger.warning(
-                    "shutdown: %d event(s) unfinished after %.0fs; they will be redelivered",
-                    processor.events_in_memory,
-                    self.settings.timeouts.shutdown,
-                )
-        # past the drain's deadline nobody waits for running events again (the consumers' closing
-        # revoke, the workers): the exit comes within timeouts.shutdown plus the final commits
-        for src in self.sources:
-            src.stop(revoke_timeout=None if drained else 0.0)
-        for src in self.sources:
-            src.join(self.settings.timeouts.revoke + 10)
-        if processor is not None:
-            processor.close(timeout=10.0 if drained else 1.0)
-        if self._dead_letters is not None:
-            self._dead_letters.close()
-        if self._server is not None:
-            self._server.stop()
-        self.status.stop()
+        running.close(self)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until SIGINT/SIGTERM or :meth:`stop`; re-raise a fatal error after shutting down.

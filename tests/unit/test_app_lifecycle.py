@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import laneway.app
+import laneway.running
 from laneway import App, ConfigError, LanewayError
 from laneway.lifecycle import AppStateError
 from laneway.ops import cli
@@ -77,8 +77,8 @@ class FakeLetters:
 def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeSource]]:
     FakeSource.made = []
     FakeSource.hold = FakeSource.fail = None
-    monkeypatch.setattr(laneway.app, "KafkaSource", FakeSource)
-    monkeypatch.setattr(laneway.app, "KafkaDeadLetters", FakeLetters)
+    monkeypatch.setattr(laneway.running, "KafkaSource", FakeSource)
+    monkeypatch.setattr(laneway.running, "KafkaDeadLetters", FakeLetters)
     monkeypatch.setattr(App, "check", lambda self: None)  # no broker to ask
     yield FakeSource.made
     FakeSource.hold = FakeSource.fail = None

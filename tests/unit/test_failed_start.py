@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-import laneway.app
 import laneway.kafka.commit
 import laneway.kafka.source
+import laneway.running
 from laneway import App, ExactlyOnce
 from laneway.kafka.access import KafkaAccessDenied
 from tests.unit.test_app_lifecycle import FakeLetters
@@ -52,7 +52,7 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeConsumer]:
     FakeConsumer.made = []
     monkeypatch.setattr(laneway.kafka.source, "Consumer", FakeConsumer)
     monkeypatch.setattr(laneway.kafka.commit, "Producer", FakeProducer)
-    monkeypatch.setattr(laneway.app, "KafkaDeadLetters", FakeLetters)
+    monkeypatch.setattr(laneway.running, "KafkaDeadLetters", FakeLetters)
     monkeypatch.setattr(App, "check", lambda self: None)  # no broker to ask
     return FakeConsumer.made
 

@@ -1,7 +1,7 @@
 """Imports go down the floors only (read from the source with ast; nothing is imported).
 
     laneway/errors.py (a leaf) <- laneway/engine <- laneway/kafka <- laneway/monitor
-        <- laneway/app.py, settings.py, registration.py, lifecycle.py (and the package's __init__)
+        <- laneway/app.py, running.py, settings.py, registration.py, lifecycle.py (and the package's __init__)
             <- laneway/spark
             <- laneway/catalog
         <- laneway/ops, laneway/demo.py, laneway/__main__.py (the top floor: the command lines, the broker
@@ -46,7 +46,7 @@ def floor_of(module: str) -> str:
     assert parts[0] == "laneway", module
     if len(parts) == 2 and not (ROOT / parts[1]).is_dir() and not (ROOT / f"{parts[1]}.py").is_file():
         return "app"  # a name the package's __init__ exports (from laneway import App)
-    if len(parts) == 1 or parts[1] in ("app", "settings", "registration", "lifecycle"):
+    if len(parts) == 1 or parts[1] in ("app", "running", "settings", "registration", "lifecycle"):
         return "app"  # the package's __init__ exports the app's names
     if parts[1] in ("demo", "__main__"):  # python -m laneway: the command line
         return "ops"

@@ -20,6 +20,7 @@ from laneway import App, ConfigError, Event, Retry, Tracing
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.processor import Processor
 from laneway.monitor.tracing import traced
+from laneway.running import traced_handlers
 from tests.unit.test_processor import FakeDeadLetters
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -270,10 +271,10 @@ def test_the_app_wraps_only_when_tracing_is_on(spans: Spans) -> None:
     off = App("a", bootstrap_servers="127.0.0.1:9092")
     off.handler("orders")(handle)
     assert off.settings.tracing is None
-    assert off._traced(off.handlers) is off.handlers  # nothing installed: the engine runs the handler
+    assert traced_handlers(off) is off.handlers  # nothing installed: the engine runs the handler
     on = App("a", bootstrap_servers="127.0.0.1:9092", tracing=Tracing(tracer_provider=spans[0]))
     on.handler("orders")(handle)
-    wrapped = on._traced(on.handlers)["orders"]
+    wrapped = traced_handlers(on)["orders"]
     assert wrapped.fn is not handle and on.handlers["orders"].fn is handle
     wrapped.fn(event())
     assert (only(spans[1]).attributes or {})["messaging.consumer.group.name"] == "a"
@@ -313,7 +314,7 @@ def test_off_the_engine_never_imports_opentelemetry_and_an_app_does_not_either()
         "import sys\nfrom laneway import App\n"
         "app = App('a', bootstrap_servers='127.0.0.1:9092')\n"
         "app.handler('t')(lambda ev: None)\n"
-        "assert app._traced(app.handlers) is app.handlers\n"
+        "from laneway.running import traced_handlers\nassert traced_handlers(app) is app.handlers\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -18,6 +18,11 @@ retrying``) and retry until it answers, a second or two. ``TransientFilter`` log
 INFO, saying it is transient: harmless at an app's first start on a fresh broker, and still in the
 log (one a window, by the repeat filter) should a coordinator stay loading.
 
+A transactional producer fenced by a newer one with its id (another redrive of the same
+dead-letter topic, an app's successor) makes librdkafka log TXNERR and FATAL lines; the call
+that meets the fence raises it and its caller says what happened. ``FencedFilter`` logs those
+lines at INFO.
+
 Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``, under
 ``laneway.kafka.client`` (``laneway.kafka.librdkafka`` for the tools' admin clients): never a
 module's own logger, whose lines the filter must not hold back. A ``SecretFilter`` before it
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 
 from laneway.kafka import secrets
 
-__all__ = ["RepeatFilter", "SecretFilter", "TransientFilter", "librdkafka_logger"]
+__all__ = ["FencedFilter", "RepeatFilter", "SecretFilter", "TransientFilter", "librdkafka_logger"]
 
 #: the parts of a librdkafka line that change while it says the same: durations, and counts of
 #: requests or of errors it suppressed itself
@@ -124,16 +129,47 @@ class TransientFilter(logging.Filter):
         return True
 
 
+class FencedFilter(logging.Filter):
+    """Log librdkafka's lines about a transactional producer fenced by a newer one with its id at
+    INFO: the call that meets the fence raises it, and its caller reports it once, in its own
+    words (a redrive that another took over, an app replaced by its successor); its TXNERR and
+    FATAL lines before that only repeated it."""
+
+    #: librdkafka's texts of a producer's fence (its _FENCED, the broker's PRODUCER_FENCED, an
+    #: old epoch's produce request)
+    FENCED = (
+        "has been fenced by a newer instance",
+        "fences the current one",
+        "transactional producer fenced by newer producer instance",
+        "Producer fenced by newer instance",
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if not any(text in message for text in self.FENCED):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+            return False
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
 _attach_lock = threading.Lock()
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
     """The logger ``name`` for a confluent-kafka client's ``logger=``, with its filters (added
-    once): ``SecretFilter``, ``TransientFilter``, ``RepeatFilter``."""
+    once): ``SecretFilter``, ``TransientFilter``, ``FencedFilter``, ``RepeatFilter``."""
     logger = logging.getLogger(name)
     with _attach_lock:
         if not any(isinstance(f, RepeatFilter) for f in logger.filters):
             logger.addFilter(SecretFilter())
             logger.addFilter(TransientFilter())
+            logger.addFilter(FencedFilter())
             logger.addFilter(RepeatFilter())
     return logger

@@ -82,6 +82,7 @@ __all__ = [
     "ProducerError",
     "RecordMetadata",
     "client_error",
+    "is_fence",
 ]
 
 logger = logging.getLogger(__name__)
@@ -148,6 +149,15 @@ def client_error(exc: BaseException) -> confluent_kafka.KafkaError | None:
 def _interrupted(exc: BaseException) -> bool:
     """Ctrl-C inside a delivery callback: confluent-kafka raises it wrapped in a SystemError."""
     return isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+
+
+def is_fence(err: confluent_kafka.KafkaError) -> bool:
+    """Whether ``err`` says a newer producer with this transactional id took over: by its code,
+    or, for the fatal error a fence leaves behind under another code, by its text."""
+    code = confluent_kafka.KafkaError
+    if err.code() in (code._FENCED, code.PRODUCER_FENCED, code.INVALID_PRODUCER_EPOCH):
+        return True
+    return err.fatal() and "fenced" in (err.str() or "")
 
 
 def _failed(exc: BaseException) -> BaseException | None:
@@ -415,7 +425,10 @@ class Producer:
         try:
             self.close()
         except ProducerError as failed:  # the block's own error says more: not raised over it
-            logger.warning("closing the producer after %s failed: %s", type(exc).__name__, failed)
+            # a fenced producer's close fails as the block did: its caller reports the fence
+            kerr = getattr(failed, "kafka_error", None)
+            level = logging.INFO if kerr is not None and is_fence(kerr) else logging.WARNING
+            logger.log(level, "closing the producer after %s failed: %s", type(exc).__name__, failed)
 
     @property
     def client(self) -> confluent_kafka.Producer:
@@ -429,13 +442,17 @@ class Producer:
             except Exception as exc:  # a callback raised: keep serving the others
                 failure = _failed(exc)
                 if isinstance(failure, ProduceError):  # the client's fatal error: one line
-                    logger.error("%s", failure)
+                    # a fence is raised to the caller, who says what it means: INFO here
+                    fenced = failure.kafka_error is not None and is_fence(failure.kafka_error)
+                    logger.log(logging.INFO if fenced else logging.ERROR, "%s", failure)
                 else:
                     logger.exception("a producer callback raised")
 
     @staticmethod
     def _on_error(err: confluent_kafka.KafkaError) -> None:
-        if err.fatal():
+        if is_fence(err):  # raised to the caller, who says what it means
+            logger.info("producer fenced: %s", err.str())
+        elif err.fatal():
             logger.error("fatal producer error: %s", err.str())
         else:
             logger.warning("producer error: %s", err.str())

@@ -14,7 +14,7 @@ import orjson
 
 from laneway.kafka import headers as h
 from laneway.kafka.dlq_reader import DeadLetter, Progress, ledger_topic
-from laneway.kafka.producer import TOO_LARGE, ProduceError
+from laneway.kafka.producer import TOO_LARGE, ProduceError, is_fence
 from laneway.kafka.redrive_plan import planned_partition
 from laneway.kafka.redrive_report import Moved, RedriveError
 from laneway.kafka.transactions import TransactionalProducer, TransactionError
@@ -28,15 +28,8 @@ def is_fenced(kerr: confluent_kafka.KafkaError) -> bool:
     Its one transactional id is shared by every redrive of the topic: another run took it."""
     code = confluent_kafka.KafkaError
     return (
-        kerr.code()
-        in (
-            code._FENCED,
-            code.PRODUCER_FENCED,
-            code.INVALID_PRODUCER_EPOCH,
-            code._FATAL,
-            code._PURGE_QUEUE,
-            code._PURGE_INFLIGHT,
-        )
+        is_fence(kerr)
+        or kerr.code() in (code._FATAL, code._PURGE_QUEUE, code._PURGE_INFLIGHT)
         or kerr.fatal()
     )
 

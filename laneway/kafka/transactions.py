@@ -211,5 +211,8 @@ class TransactionalProducer(Producer):
             try:
                 self.abort()
             except TransactionError as abort_exc:
-                logger.error("abort of %s failed: %s", self.transactional_id, abort_exc)
+                # a producer that failed for good (fenced, say) cannot abort: the error raised
+                # below says why, and its caller reports it
+                level = logging.INFO if abort_exc.fatal else logging.ERROR
+                logger.log(level, "abort of %s failed: %s", self.transactional_id, abort_exc)
             raise

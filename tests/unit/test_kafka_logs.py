@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from laneway.kafka.logs import RepeatFilter, librdkafka_logger
 
 
@@ -123,3 +125,36 @@ def test_other_warnings_stay_warnings() -> None:
     line = "[thrd:main]: Failed to acquire idempotence PID from broker: Broker: Cluster authorization failed"
     got = _through(logger, _record(line, level=logging.WARNING, name=logger.name))
     assert [r.levelno for r in got] == [logging.WARNING] and got[0].getMessage().endswith("failed")
+
+
+_FENCED_LINES = [
+    "[thrd:main]: Fatal error: Broker: Producer attempted an operation with an old epoch: "
+    "Producer fenced by newer instance",
+    "[thrd:txn]: TXNERR: Failed to end transaction: Broker: There is a newer producer with the "
+    "same transactionalId which fences the current one",
+]
+
+
+@pytest.mark.parametrize("line", _FENCED_LINES)
+def test_a_fenced_transactional_producer_s_lines_are_info(line: str) -> None:
+    """A redrive another run took over logged librdkafka's TXNERR and FATAL lines as errors, above
+    the one line its caller gives: they are INFO."""
+    logger = librdkafka_logger("laneway.kafka.client.test-fenced")
+    logger.setLevel(logging.INFO)
+    got = _through(logger, _record(line, level=logging.ERROR, name=logger.name))
+    assert [(r.levelno, r.levelname) for r in got] == [(logging.INFO, "INFO")]
+    assert got[0].getMessage().endswith(line)
+
+
+def test_a_fenced_line_is_not_logged_where_info_is_off() -> None:
+    logger = librdkafka_logger("laneway.kafka.client.test-fenced-quiet")
+    logger.setLevel(logging.WARNING)
+    assert _through(logger, _record(_FENCED_LINES[0], level=logging.ERROR, name=logger.name)) == []
+
+
+def test_other_errors_stay_errors() -> None:
+    logger = librdkafka_logger("laneway.kafka.client.test-fenced-other")
+    logger.setLevel(logging.INFO)
+    line = "[thrd:main]: Fatal error: Broker: Transactional Id authorization failed"
+    got = _through(logger, _record(line, level=logging.ERROR, name=logger.name))
+    assert [r.levelno for r in got] == [logging.ERROR]

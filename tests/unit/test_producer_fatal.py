@@ -50,12 +50,54 @@ def test_the_poll_thread_logs_the_fatal_error_on_one_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = FakeClient({}, poll_raises=system_error(fatal_error()))
-    caplog.set_level(logging.ERROR, logger="laneway.kafka.producer")
+    caplog.set_level(logging.INFO, logger="laneway.kafka.producer")
     producer = _producer(monkeypatch, client)
     assert client.polled.wait(30)
     producer.close()  # joins the poll thread: what it logged is logged
-    lines = [(r.getMessage(), r.exc_info) for r in caplog.records if r.name == "laneway.kafka.producer"]
-    assert lines == [("the producer failed for good: Producer fenced by newer instance", None)]
+    lines = [
+        (r.levelno, r.getMessage(), r.exc_info) for r in caplog.records if r.name == "laneway.kafka.producer"
+    ]
+    # a fence is raised to the caller, who says what it means: the poll thread's line is INFO
+    assert lines == [(logging.INFO, "the producer failed for good: Producer fenced by newer instance", None)]
+
+
+def test_the_poll_thread_logs_another_fatal_error_as_an_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    gone = confluent_kafka.KafkaError(
+        confluent_kafka.KafkaError._FATAL, "Idempotent producer lost", fatal=True
+    )
+    client = FakeClient({}, poll_raises=system_error(gone))
+    caplog.set_level(logging.INFO, logger="laneway.kafka.producer")
+    producer = _producer(monkeypatch, client)
+    assert client.polled.wait(30)
+    producer.close()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "laneway.kafka.producer"]
+    assert lines == [(logging.ERROR, "the producer failed for good: Idempotent producer lost")]
+
+
+def test_a_fence_reported_by_the_client_s_error_callback_is_info(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="laneway.kafka.producer")
+    Producer._on_error(fatal_error(confluent_kafka.KafkaError.PRODUCER_FENCED))
+    Producer._on_error(confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT, "down"))
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "laneway.kafka.producer"]
+    assert lines == [
+        (logging.INFO, "producer fenced: Producer fenced by newer instance"),
+        (logging.WARNING, "producer error: down"),
+    ]
+
+
+def test_closing_a_fenced_producer_after_the_block_failed_is_not_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="laneway.kafka.producer")
+    producer = _producer(monkeypatch, FakeClient({}, fence=("close", 0)))
+    with pytest.raises(ValueError, match="the block's"), producer:
+        raise ValueError("the block's")
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "laneway.kafka.producer"]
+    assert [level for level, m in lines if m.startswith("closing the producer after ValueError")] == [
+        logging.INFO
+    ]
 
 
 def test_a_transaction_call_that_meets_the_fatal_error_is_a_transaction_error(

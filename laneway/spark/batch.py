@@ -68,6 +68,11 @@ BATCH_CONF: Mapping[str, str] = {
 }
 
 
+#: how long a batch that landed once a stop was asked waits for the query's stop (a guard: the
+#: stop comes at once, see ``laneway.spark.pipeline._stop_between_batches``)
+HOLD_FOR_STOP = 60.0
+
+
 class _BatchWriter:
     """The ``foreachBatch`` function. Runs on the driver; Spark runs the DataFrame work."""
 
@@ -85,6 +90,11 @@ class _BatchWriter:
         self.deletion_vectors = settings.deletion_vectors
         #: a batch is being applied (set and cleared on the query's thread; a stop waits for it)
         self.in_batch = False
+        #: the run is stopping: the next batch to land says so (``landed``) and waits, before it
+        #: returns to Spark, until the query is stopped (``released``): no other batch starts
+        self.stopping = threading.Event()
+        self.landed = threading.Event()
+        self.released = threading.Event()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -92,6 +102,9 @@ class _BatchWriter:
             self._call(df, batch_id)
         finally:
             self.in_batch = False
+        if self.stopping.is_set():
+            self.landed.set()
+            self.released.wait(HOLD_FOR_STOP)
 
     def _call(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel

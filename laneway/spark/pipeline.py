@@ -151,16 +151,39 @@ class _StopSignals:
 
 
 def _stop_between_batches(query: Any, writer: _BatchWriter, wait: float = 600.0) -> None:
-    """Stop the query once no batch is in progress (for up to ``wait`` seconds): a batch stopped
-    half-way has committed some tables and not others until a later run replays it. A run that
-    falls behind its trigger starts each batch as the last one ends: then the stop may still
-    land in one (docs/guarantees.md says what readers see meanwhile)."""
+    """Stop the query between two batches: a batch stopped half-way has committed some tables
+    and not others until a later run replays it.
+
+    The stop comes at the first of: a moment with no batch in progress, or the end of the batch
+    in progress (waited for up to ``wait`` seconds). A run that falls behind its trigger starts
+    each batch as the last one ends, so the batch that lands once the stop is asked holds
+    Spark's thread (``_BatchWriter.stopping``) until the query is marked stopped: Spark starts
+    no other batch after it.
+    """
+    writer.stopping.set()
     deadline = time.monotonic() + wait
-    while query.isActive and time.monotonic() < deadline:
+    while query.isActive and time.monotonic() < deadline and not writer.landed.is_set():
         if not writer.in_batch and not query.status.get("isTriggerActive", False):
             break
         time.sleep(0.05)
-    query.stop()
+    # stop() marks the query stopped first, then waits for its thread: a batch held at its end
+    # is let go once the mark is there, and Spark's loop ends instead of starting the next
+    failed: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            query.stop()
+        except BaseException as exc:  # raised on the caller's thread below
+            failed.append(exc)
+
+    stopper = threading.Thread(target=stop, name="laneway-pipeline-stop", daemon=True)
+    stopper.start()
+    while query.isActive and stopper.is_alive():
+        time.sleep(0.01)
+    writer.released.set()
+    stopper.join()
+    if failed:
+        raise failed[0]
 
 
 def run_pipeline(

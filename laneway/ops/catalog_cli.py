@@ -148,7 +148,10 @@ def generate_cmd(
             "seconds (it went away, say)",
         ),
     ] = 30.0,
-    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="no progress bar (one is shown by default)")
+    ] = False,
+    show_progress: Annotated[bool, off_switch("no_progress", "--progress")] = False,  # never read
 ) -> None:
     """Simulate a metastore's change stream and produce it, keyed by entity id, in per-key order.
 
@@ -203,7 +206,7 @@ def generate_cmd(
                 bootstrap=address,
                 topic=topic,
                 rate=rate or None,
-                progress=progress,
+                progress=not no_progress,
                 stall_timeout=stall_timeout,
                 stop=stop,
             )

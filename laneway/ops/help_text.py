@@ -17,7 +17,8 @@ the type, the help. When they do not fit the terminal, rich narrows the widest c
 width of the next until they do: the help down to the names' width, then the names with it, so
 ``--max-offsets-per-batch`` showed as ``--max-offsets-per…`` at 80 columns. A long flag that is
 off by default is declared alone, its ``--no-...`` still taken but not shown (:func:`off_switch`),
-so its column stays empty; ``tests/unit/test_help_option_names.py`` checks every command.
+so its column stays empty; a long flag on by default is declared as its ``--no-...`` alone, the
+same way. ``tests/unit/test_help_option_names.py`` checks every command.
 
     until_caught_up: Annotated[bool, typer.Option("--until-caught-up", help="...")] = False,
     no_until_caught_up: Annotated[bool, off_switch("until_caught_up")] = False,  # never read
@@ -34,18 +35,21 @@ import typer
 __all__ = ["off_switch", "reflow", "reflow_app"]
 
 
-def off_switch(flag: str) -> Any:
+def off_switch(flag: str, name: str | None = None) -> Any:
     """The option ``--no-FLAG`` (``flag`` the parameter's name, ``_`` for ``-``) of a flag
     declared alone, hidden from ``--help``: given, it sets the flag's parameter to False, and the
     last of the two given wins, as with ``--FLAG/--no-FLAG`` (click processes options in the order
-    given). Its own parameter is never passed to the command (it keeps its default)."""
+    given). Its own parameter is never passed to the command (it keeps its default).
+
+    ``name`` names the option otherwise: the ``--progress`` that undoes a ``--no-progress``
+    (parameter ``no_progress``) declared alone, for a flag on by default."""
 
     def switch_off(ctx: typer.Context, value: bool) -> None:
         if value:
             ctx.params[flag] = False
 
     return typer.Option(
-        "--no-" + flag.replace("_", "-"), hidden=True, expose_value=False, callback=switch_off
+        name or "--no-" + flag.replace("_", "-"), hidden=True, expose_value=False, callback=switch_off
     )
 
 

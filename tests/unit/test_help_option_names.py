@@ -62,6 +62,8 @@ def test_no_option_name_is_cut_at_80_columns(path: tuple[str, ...]) -> None:
     assert max(map(len, result.output.splitlines())) <= 80
     cut = re.findall(r"--?[\w-]*…", result.output)
     assert not cut, f"cut option names: {cut}\n{result.output}"
+    # nor a word of the help (catalog generate's --no-progress column cut LANEWAY_CLIENT_CON…)
+    assert "…" not in result.output, result.output
     shown = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", result.output))
     missing = {n for n in _names(path) if n.startswith("-") and n not in shown and n != "--help"}
     assert not missing, f"not shown whole: {missing}\n{result.output}"
@@ -106,3 +108,33 @@ def test_the_off_switch_sets_its_flag_the_last_given_winning(args: list[str], ex
     assert result.exit_code == 0, result.output
     assert seen == [expected]
     assert "--no-fast" not in CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}).output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [([], True), (["--no-progress"], False), (["--no-progress", "--progress"], True), (["--progress"], True)],
+)
+def test_a_flag_on_by_default_is_its_no_declared_alone(args: list[str], expected: bool) -> None:
+    """``catalog generate``'s ``--progress/--no-progress`` took a column of its own; its
+    ``--no-progress`` is declared alone and ``--progress`` still taken, hidden."""
+    app = typer.Typer()
+    seen: list[bool] = []
+
+    @app.command()
+    def main(
+        no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+        show_progress: Annotated[bool, off_switch("no_progress", "--progress")] = False,
+    ) -> None:
+        seen.append(not no_progress)
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen == [expected]
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}).output
+    assert "--no-progress" in shown and not re.search(r"--progress\b", shown)
+
+
+def test_catalog_generate_hides_its_progress_switch() -> None:
+    command = _root().commands["catalog"].commands["generate"]
+    switches = [p for p in command.params if "--progress" in p.opts]
+    assert len(switches) == 1 and switches[0].hidden and not switches[0].expose_value

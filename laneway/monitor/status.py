@@ -62,11 +62,12 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
 
 
 def stalled_text(p: Mapping[str, Any]) -> str:
-    """One line naming a stalled partition: topic, partition, offset, key and for how long."""
+    """One line naming a stalled partition: topic, partition, offset, key and for how long, to
+    one decimal of its ``oldest_age_s`` (so ``/healthz`` and ``/status`` give the same age)."""
     key = p.get("oldest_key")
     return (
         f"partition {p['topic']}[{p['partition']}] stalled: offset {p['oldest_offset']}"
-        f"{'' if key is None else f' key {key!r}'} unfinished for {p['oldest_age_s']:.0f}s"
+        f"{'' if key is None else f' key {key!r}'} unfinished for {p['oldest_age_s']:.1f}s"
     )
 
 

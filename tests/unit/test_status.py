@@ -17,7 +17,7 @@ from laneway.engine.processor import Processor
 from laneway.kafka.lag import LagReport
 from laneway.monitor.hotkeys import HotKeys, Summary
 from laneway.monitor.metrics import HealthServer, PrometheusMetrics
-from laneway.monitor.status import StatusBoard, quantile
+from laneway.monitor.status import StatusBoard, quantile, stalled_text
 from tests.unit.test_processor import FakeDeadLetters, wait_for
 
 TP = ("t", 0)
@@ -250,3 +250,11 @@ def test_the_commits_read_on_assignment_are_shown_for_partitions_fetched_from(
         assert (rows[1]["committed"], rows[1]["lag"]) == (None, 300)
     finally:
         proc.close()
+
+
+def test_the_stall_line_gives_the_age_the_status_document_gives() -> None:
+    # seen: /healthz said "unfinished for 6s" where /status said oldest_age_s 5.563
+    part = {"topic": "t", "partition": 0, "oldest_offset": 3, "oldest_key": "stuck", "oldest_age_s": 5.563}
+    assert stalled_text(part) == "partition t[0] stalled: offset 3 key 'stuck' unfinished for 5.6s"
+    keyless = {**part, "oldest_key": None, "oldest_age_s": 75.04}
+    assert stalled_text(keyless).endswith("offset 3 unfinished for 75.0s")

@@ -27,10 +27,12 @@ __all__ = ["load_app", "register"]
 
 
 def load_app(target: str) -> object:
-    """Import ``module:attribute`` and return the attribute. A file path given for the module
-    (``mod1.py:app``, ``./mod1.py:app``) is a ValueError saying which module path to give."""
+    """Import ``module:attribute`` and return the attribute; a dotted attribute
+    (``module:app.x``) is looked up part by part, and a missing part is a ValueError naming it
+    and what it was looked up on. A file path given for the module (``mod1.py:app``,
+    ``./mod1.py:app``) is a ValueError saying which module path to give."""
     module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
+    if not sep or not module_name or not attr or "" in attr.split("."):
         raise ValueError(f"expected module:attribute, got {target!r}")
     if module_name.startswith(".") or "/" in module_name or os.sep in module_name or _is_py_file(module_name):
         raise ValueError(_module_path_hint(module_name, attr))
@@ -42,10 +44,19 @@ def load_app(target: str) -> object:
         if module_name.endswith(".py") and exc.name in (module_name, module_name.removesuffix(".py")):
             raise ValueError(_module_path_hint(module_name, attr)) from None
         raise
+    first, *rest = attr.split(".")
     try:
-        return getattr(module, attr)
+        obj = getattr(module, first)
     except AttributeError:
-        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+        raise ValueError(f"module {module_name!r} has no attribute {first!r}") from None
+    path = f"{module_name}:{first}"
+    for name in rest:
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            raise ValueError(f"{path!r} has no attribute {name!r}") from None
+        path = f"{path}.{name}"
+    return obj
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +65,12 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     @with_client_config
     def run(
-        target: Annotated[str, typer.Argument(help="module:attribute of a laneway.App")],
+        target: Annotated[
+            str,
+            typer.Argument(
+                help="module:attribute of a laneway.App; the attribute may be dotted (mod1:apps.orders)"
+            ),
+        ],
         metrics_port: Annotated[
             int | None, typer.Option(help="serve /metrics and /healthz on this port (0: any free one)")
         ] = None,

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from laneway import App
 from laneway.ops import cli
 from laneway.ops.cli import app
+from laneway.ops.run_cli import load_app
 
 
 @pytest.mark.parametrize(
@@ -120,3 +122,37 @@ def test_an_exception_while_importing_is_one_line_with_type_and_place(
     assert lines == [f"error: KeyError: 'LANEWAY_NO_SUCH_VAR' ({tmp_path / 'envapp.py'}, line 3)"]
     (line,) = _run(tmp_path, monkeypatch, "syntaxapp:app")
     assert line.startswith("error: SyntaxError: ") and f"({tmp_path / 'syntaxapp.py'}, line 1)" in line, line
+
+
+def test_a_dotted_attribute_is_looked_up_part_by_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seen: `laneway run e2:app.x` said "module 'e2' has no attribute 'app.x'"
+    (tmp_path / "dottedapp.py").write_text(
+        "from types import SimpleNamespace\n"
+        "from laneway import App\n"
+        'app = SimpleNamespace(x=App("x", bootstrap_servers="127.0.0.1:1"), n=3)\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = load_app("dottedapp:app.x")
+    assert isinstance(loaded, App) and loaded.settings.name == "x"
+    assert _run(tmp_path, monkeypatch, "dottedapp:app.n") == [
+        "error: dottedapp:app.n is of type int, not a laneway.App"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("dottedmiss:nope", "error: module 'dottedmiss' has no attribute 'nope'"),
+        ("dottedmiss:nope.x", "error: module 'dottedmiss' has no attribute 'nope'"),
+        ("dottedmiss:app.y", "error: 'dottedmiss:app' has no attribute 'y'"),
+        ("dottedmiss:app.x.z", "error: 'dottedmiss:app.x' has no attribute 'z'"),
+        ("dottedmiss:app.", "error: expected module:attribute, got 'dottedmiss:app.'"),
+    ],
+)
+def test_a_missing_part_of_a_dotted_attribute_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, says: str
+) -> None:
+    (tmp_path / "dottedmiss.py").write_text("from types import SimpleNamespace\napp = SimpleNamespace(x=1)\n")
+    assert _run(tmp_path, monkeypatch, target) == [says]

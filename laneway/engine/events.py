@@ -29,7 +29,7 @@ class Event:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
     timestamp_ms: int = 0
     #: bytes held in memory (key + value), for the backpressure byte cap
     size: int = 0

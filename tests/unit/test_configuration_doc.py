@@ -28,7 +28,9 @@ def _tables() -> dict[str, list[list[str]]]:
             section = line[3:].strip().strip("`")
             tables[section] = []
         elif line.startswith("|") and section:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            # a cell's ``\|`` is a pipe within it (GitHub's tables), as in `bytes \| None`
+            row = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+            cells = [c.strip().replace("\\|", "|") for c in row]
             if set(cells[0]) <= {"-"} or cells[0] in ("Option", "Keyword", "Field"):
                 continue
             tables[section].append(cells)
@@ -135,6 +137,17 @@ def test_the_event_table_lists_the_handler_fields() -> None:
     assert ", ".join(f"`{f}`" for f in ENGINE_FIELDS[:-1]) + f" and `{ENGINE_FIELDS[-1]}`" in text
     assert "`event.emit(topic, value, key=None, headers=None)`" in text
     assert list(inspect.signature(Event.emit).parameters) == ["self", "topic", "value", "key", "headers"]
+
+
+def test_the_event_table_gives_each_fields_type_as_the_dataclass_does() -> None:
+    """A header's value may be None (Kafka allows it; confluent-kafka gives None): the table
+    said ``list[tuple[str, bytes]]``. Each type cell, its ``or`` read as ``|``, is the field's
+    annotation."""
+    from laneway.engine.events import Event
+
+    annotations = {f.name: str(f.type) for f in dataclasses.fields(Event)}
+    for name, type_, _meaning in _tables()["Event"]:
+        assert type_.replace("`", "").replace(" or ", " | ") == annotations[name.strip("`")], name
 
 
 def test_the_command_line_table_matches_the_code() -> None:

@@ -22,6 +22,7 @@ it. A second base in brackets is there for callers that catch it::
     │   ├── ProducerClosedError     the producer was used after close()
     │   └── TransactionError        laneway.kafka.transactions: a transaction call failed
     ├── OutputError                 laneway.kafka.commit: records a handler emitted were not produced
+    │   └── Fenced                  a newer producer with the transactional id took over (a replica)
     ├── AdminError                  laneway.kafka.admin: a cluster operation failed, nothing changed
     │   ├── BrokerUnreachableError  no broker answered at the bootstrap address
     │   ├── UnknownTopicError       a named topic does not exist

@@ -10,10 +10,8 @@ Two committers share one shape (:class:`Committer`), one per delivery guarantee:
   the last committed transaction is visible, so a restart redoes the work exactly once.
 
 Each commit carries, as its metadata, the partition's finished offsets beyond the position
-(:mod:`laneway.engine.gaps`); on assignment :func:`read_committed` reads the group's commits
-and :func:`read_finished` the metadata in them, so a new owner skips those offsets. The broker
-refuses metadata over ``offset.metadata.max.bytes`` (4 KB by default): Laneway assumes the
-default (:data:`MAX_METADATA`) and commits the plain position past it.
+(:mod:`laneway.engine.gaps`); :mod:`laneway.kafka.commit_metadata` reads them back on
+assignment, and says how long the metadata may be.
 
 Every call comes from the consumer's own thread (its loop, its rebalance callbacks and the
 ``on_commit`` callback its ``poll`` serves): a committer needs no lock.
@@ -21,8 +19,8 @@ Every call comes from the consumer's own thread (its loop, its rebalance callbac
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -30,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from laneway.engine import gaps
 from laneway.engine.events import Output
 from laneway.engine.policies import ExactlyOnce
 from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.access import Ask, KafkaAccessError, as_access_error, producer_asks, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
+from laneway.kafka.producer import client_error, is_fence
 
 if TYPE_CHECKING:
     from laneway.kafka.hooks import SourceMetrics
@@ -44,12 +42,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AtLeastOnceCommitter",
     "Committer",
+    "Fenced",
     "OutputError",
     "TransactionalCommitter",
     "make_committer",
-    "metadata_limit",
-    "read_committed",
-    "read_finished",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,19 +68,6 @@ MIN_FLUSH = 5.0
 #: at two asks in a row ends the wait (librdkafka says so only after 30 s, the consumer idle)
 MISSING_CHECK = 2.0
 
-#: the broker's default ``offset.metadata.max.bytes``: Laneway does not read the broker's
-#: setting, so a broker configured below it refuses commits with long metadata
-MAX_METADATA = 4096
-#: the most finished offsets read back for one partition (a few characters of runs can name
-#: billions): metadata naming more is ignored, with a warning
-MAX_SKIP = 1_000_000
-
-
-def metadata_limit() -> int:
-    """The metadata limit commits use: :data:`MAX_METADATA`, or 0 (no metadata written or read)
-    with the environment variable ``LANEWAY_COMMIT_METADATA=0`` (a switch for tests)."""
-    return 0 if os.environ.get("LANEWAY_COMMIT_METADATA", "1") == "0" else MAX_METADATA
-
 
 def _offsets(commits: Commits) -> list[TopicPartition]:
     return [
@@ -93,41 +76,22 @@ def _offsets(commits: Commits) -> list[TopicPartition]:
     ]
 
 
-def read_committed(
-    consumer: Consumer, parts: list[TopicPartition], timeout: float = 10.0
-) -> list[TopicPartition] | None:
-    """The group's committed offsets of ``parts``, with their metadata, in one request (read on
-    assignment); None when the read failed (logged: nothing is skipped)."""
-    asked = [TopicPartition(p.topic, p.partition) for p in parts]
-    try:
-        return list(consumer.committed(asked, timeout=timeout))
-    except KafkaException as exc:
-        logger.warning("could not read the group's committed offsets: %s; nothing is skipped", exc)
-        return None
-
-
-def read_finished(committed: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, set[int]]]:
-    """Per partition of ``committed`` (:func:`read_committed`) whose group commit carries
-    Laneway's metadata: the committed position and the finished offsets beyond it. Metadata
-    Laneway did not write, or cannot parse, is ignored with a warning."""
-    out: dict[tuple[str, int], tuple[int, set[int]]] = {}
-    for tp in committed:
-        meta = tp.metadata
-        if not meta or tp.error is not None or tp.offset < 0:
-            continue
-        where = f"{tp.topic}[{tp.partition}]@{tp.offset}"
-        if not meta.startswith(gaps.VERSION):
-            logger.warning("%s: commit metadata not written by Laneway ignored: %.40r", where, meta)
-            continue
-        try:
-            out[(tp.topic, tp.partition)] = (tp.offset, gaps.decode(tp.offset, meta, MAX_SKIP))
-        except ValueError as exc:
-            logger.warning("%s: commit metadata ignored: %s", where, exc)
-    return out
+def _kafka(exc: BaseException) -> KafkaException | None:
+    """``exc`` as a KafkaException: confluent-kafka wraps the client's fatal error in a
+    ``SystemError`` when delivery reports ran after it was set. None when it holds no client error."""
+    if isinstance(exc, KafkaException):
+        return exc
+    err = client_error(exc)
+    return KafkaException(err) if err is not None else None
 
 
 class OutputError(LanewayError):
     """Records a handler emitted could not be produced (or their transaction failed)."""
+
+
+class Fenced(OutputError):
+    """A newer producer with this transactional id took over (a restarted replica): the
+    transaction was aborted, and the successor goes on from the last commit."""
 
 
 class Committer:
@@ -171,7 +135,7 @@ class Committer:
         commit before the failure."""
         if self.failed is None:
             return False
-        if not self._told:
+        if not self._told and not isinstance(self.failed, Fenced):  # a fence is said once, as the halt
             self._told = True
             logger.warning(
                 "not committing %d partition(s) past the emitted records not produced; the records "
@@ -254,10 +218,26 @@ class Committer:
         if self._producer is not None:
             try:
                 self._producer.poll(0)
-            except KafkaException as exc:
+            except (KafkaException, SystemError) as caught:
+                if (exc := _kafka(caught)) is None:
+                    raise
+                if (fence := self._fenced(exc, "its transaction was aborted")) is not None:
+                    self.failed = fence
+                    raise fence from None
                 if (said := self._said(exc)) is exc:
                     raise
                 raise said from None
+
+    def _fenced(self, exc: KafkaException, what: str) -> Fenced | None:
+        """The halt for ``exc`` when it is a fence by a newer producer with this transactional id."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        txid = self._access.get("transactional.id")
+        if err is None or txid is None or not is_fence(err):
+            return None
+        return Fenced(
+            f"fenced by a newer producer with transactional.id {txid} (a replica started with the "
+            f"same id): {what}; it goes on from the last commit"
+        )
 
     def close(self) -> None:
         if self._producer is not None:
@@ -265,8 +245,11 @@ class Committer:
                 if self.failed is not None:  # their commit is refused: nothing left is worth waiting for
                     self._producer.purge()
                 self._producer.flush(10)
-            except KafkaException as exc:  # fatal: the loop stopped on it (serve), say it once
-                logger.error("closing the output producer: %s", self._said(exc))
+            except (KafkaException, SystemError) as caught:  # fatal: the loop stopped on it (serve)
+                if (exc := _kafka(caught)) is None:
+                    raise
+                if not isinstance(self.failed, Fenced):  # a fence is said once, as the halt
+                    logger.error("closing the output producer: %s", self._said(exc))
             self._producer = None  # release librdkafka's threads (and their logging) now
 
 
@@ -379,9 +362,15 @@ class TransactionalCommitter(Committer):
             self._metrics.commit(False)
             self.failed = OutputError(f"{exc}; {what}")
             raise self.failed from exc.__cause__
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as caught:
+            if (failure := _kafka(caught)) is None:
+                raise
             self._metrics.commit(False)
-            producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
+            if (fence := self._fenced(failure, what)) is not None:  # its purged records are its doing
+                self.failed = fence
+                raise fence from None
+            with contextlib.suppress(KafkaException, SystemError):  # a fatal error raises here too
+                producer.poll(0)  # the delivery reports not served yet: the failed record's topic and reason
             try:
                 self._raise_if_denied()  # an ACL: its line, not librdkafka's
             except KafkaAccessError as denied:
@@ -391,8 +380,8 @@ class TransactionalCommitter(Committer):
                 why = self._why(producer, outputs, 0.0)
                 self.failed = OutputError(f"emitted records could not be produced {why}; {what}")
             else:
-                self.failed = OutputError(f"{what}: {exc}")
-            raise self.failed from exc
+                self.failed = OutputError(f"{what}: {failure}")
+            raise self.failed from failure
 
 
 def make_committer(

@@ -20,7 +20,8 @@ import logging
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from laneway.engine.processor import Processor
-from laneway.kafka.commit import Committer, read_committed, read_finished
+from laneway.kafka.commit import Committer
+from laneway.kafka.commit_metadata import read_committed, read_finished
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
 

@@ -38,7 +38,8 @@ def fenced(dlq_topic: str, kerr: confluent_kafka.KafkaError, *, recorded: int) -
     """The error of a redrive another redrive of the topic fenced (its producer took the id)."""
     return RedriveError(
         f"another redrive of {dlq_topic} started and fenced this one ({kerr.str()}): {recorded} "
-        "letter(s) were sent and recorded, the last batch was not; the other run skips what was recorded",
+        "letter(s) were sent and recorded, the last batch was not; the other run skips what was "
+        "recorded, unless it runs with --force",
         recorded=recorded,
     )
 

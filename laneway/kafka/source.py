@@ -43,7 +43,8 @@ from laneway.engine.processor import Processor
 from laneway.errors import LanewayError
 from laneway.kafka.access import as_access_error, consumer_asks, raise_if_denied
 from laneway.kafka.closing import close_unstarted, log_failure, quietly
-from laneway.kafka.commit import OutputError, make_committer, metadata_limit
+from laneway.kafka.commit import OutputError, make_committer
+from laneway.kafka.commit_metadata import metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
 from laneway.kafka.logs import librdkafka_logger

@@ -110,6 +110,16 @@ def _resolve(bootstrap: str | None) -> str:
     return bs.resolve_bootstrap(bootstrap)
 
 
+def _named(**options: str) -> None:
+    """Refuse an empty (or blank) topic or group name, naming its option, before anything runs:
+    the client raised ``ValueError: Empty topic name`` from deep in the run."""
+    for name, value in options.items():
+        if not value.strip():
+            from laneway.ops.cli import fail
+
+            raise fail(f"--{name.replace('_', '-')}: must not be empty")
+
+
 @catalog_app.command("generate")
 @with_client_config
 def generate_cmd(
@@ -161,6 +171,7 @@ def generate_cmd(
     from laneway.catalog.producing import CatalogProduceError, produce
     from laneway.ops.cli import fail
 
+    _named(topic=topic)
     try:
         config = GeneratorConfig(
             entities=entities,
@@ -270,8 +281,16 @@ def sync_cmd(
     from laneway.catalog.source import SimulatedSource
     from laneway.catalog.sync import CatalogSync, SyncSettings
     from laneway.engine.policies import Timeouts
+    from laneway.errors import ConfigError
+    from laneway.ops.cli import fail
 
     setup_logging(log_level)
+    _named(
+        changes_topic=changes_topic,
+        entities_topic=entities_topic,
+        dead_letter_topic=dead_letter_topic,
+        group_id=group_id,
+    )
     address = _resolve(bootstrap)
     settings = SyncSettings(
         bootstrap_servers=address,
@@ -288,9 +307,12 @@ def sync_cmd(
     with _kafka_errors():  # a denied group or topic: one line, and no topic created
         topics = {changes_topic: partitions, entities_topic: partitions, dead_letter_topic: 1}
         _check_then_create(address, topics, _sync_access(settings), group_id)
-    sync = CatalogSync(
-        settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
-    )
+    try:
+        sync = CatalogSync(
+            settings, source=SimulatedSource(median_latency=latency_ms / 1000, failure_rate=failure_rate)
+        )
+    except ConfigError as exc:  # a setting the App refuses: one line, as `laneway run` gives it
+        raise fail(str(exc)) from None
     t0, caught_up = time.monotonic(), True
     with graceful_interrupts(sync.app.stop) as interrupts:  # a second Ctrl-C exits at once
         if until_caught_up:

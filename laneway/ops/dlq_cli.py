@@ -199,6 +199,11 @@ def dlq_redrive(
     """
     if limit is not None:
         _check_limit(limit)
+    if to is not None and not to.strip():  # an unset "$TARGET" must not send to the live topics
+        raise common.fail(
+            "--to: must not be empty: give a topic, or leave the option out "
+            "(then each record's original topic)"
+        )
     parsed = dr.parse_filters(filters or [])
     address, _ = common.connect(bootstrap)
     stop = threading.Event()
@@ -249,12 +254,13 @@ def dlq_redrive(
             raise
     _print_redrive(report, json=json)
     if report.interrupted:
-        typer.secho(_interrupted(report, limit), err=True)
+        typer.secho(_interrupted(report, limit, force=force), err=True)
         raise typer.Exit(128 + (interrupts.received or signal.SIGINT))
 
 
-def _interrupted(report: rd.RedriveReport, limit: int | None) -> str:
-    """The line of a redrive a signal stopped: what it did, what is left, how to go on."""
+def _interrupted(report: rd.RedriveReport, limit: int | None, *, force: bool = False) -> str:
+    """The line of a redrive a signal stopped: what it did, what is left, how to go on (a forced
+    run skips nothing the ledger names, so the same command again sends what this one moved)."""
     topic = report.dlq_topic
     if report.left is None:  # stopped while reading: nothing was chosen
         if report.dry_run:
@@ -269,7 +275,12 @@ def _interrupted(report: rd.RedriveReport, limit: int | None) -> str:
             "nothing changed"
         )
     done = len(report.moved)
-    if limit is None:
+    if force:
+        again = (
+            f"--force skips nothing: the same command again sends these {done} a second time. "
+            "Without --force, a redrive moves only the letters no redrive has recorded"
+        )
+    elif limit is None:
         again = "Run the same command again: it skips what was recorded and goes on where this one stopped"
     else:  # the same --limit again would move up to that many more
         again = (

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from laneway.errors import LanewayError
 from laneway.spark.batch import _BatchWriter
 from laneway.spark.metrics import PipelineMetrics, PipelineResult, _default_metrics
-from laneway.spark.progress import GroupProgress, end_offsets, latest_offsets
+from laneway.spark.progress import GroupProgress, end_offsets, latest_offsets, logged_offsets
 from laneway.spark.session import SessionSettings, build_session
 from laneway.spark.settings import (
     _CHECKPOINT_FILE_MANAGER,
@@ -261,6 +261,15 @@ def run_pipeline(
         if failure is not None:
             raise PipelineError(_explain(failure, settings))
         report_progress()  # the last batches, landed since the last look
+        last = query.lastProgress
+        if writer.reports and (last is None or last.get("batchId", -1) < writer.reports[-1].batch_id):
+            # the stop cut off the last landed batch's commit marker, and Spark reported no
+            # progress for it: its offsets are in the offset log
+            offsets = logged_offsets(settings.checkpoint, writer.reports[-1].batch_id, settings.topic)
+            if offsets:
+                sink.observe_offsets(settings.topic, offsets, None)
+                if progress is not None:
+                    progress.commit(offsets)
         if progress is not None:
             progress.close()
         if signals.received == signal.SIGINT:

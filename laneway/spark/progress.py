@@ -18,8 +18,10 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -28,9 +30,11 @@ from confluent_kafka.admin import AdminClient
 from laneway.kafka.access import KafkaAccessDenied, check_group
 from laneway.kafka.logs import librdkafka_logger
 
-__all__ = ["GroupProgress", "end_offsets", "latest_offsets"]
+__all__ = ["GroupProgress", "end_offsets", "latest_offsets", "logged_offsets"]
 
 logger = logging.getLogger(__name__)
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
@@ -43,6 +47,30 @@ def latest_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, 
     """The partitions' end offsets on the broker as Spark saw them when it planned the batch of
     ``progress`` (its ``latestOffset``), or None when the report has none."""
     return _offsets(progress, topic, "latestOffset")
+
+
+def logged_offsets(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:
+    """The end offsets per partition of ``topic`` of batch ``batch_id``, from a local checkpoint's
+    offset log (``offsets/<batch_id>``: a version line, the batch's metadata, then one line of
+    offsets per source); None when the checkpoint is not local or the entry is missing or unread.
+
+    A stop can cut off the commit marker of the batch that landed last, and Spark reports no
+    progress for it: its offsets are read here."""
+    if _SCHEME.match(checkpoint) and not checkpoint.startswith("file:"):
+        return None
+    folder = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "offsets"
+    try:
+        lines = [line for line in (folder / str(batch_id)).read_text().splitlines() if line.strip()]
+    except OSError:
+        return None
+    for line in lines[2:]:
+        try:
+            source = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(source, Mapping) and isinstance(source.get(topic), Mapping):
+            return {int(p): int(o) for p, o in source[topic].items()}
+    return None
 
 
 def _offsets(progress: Mapping[str, Any] | None, topic: str, field: str) -> dict[int, int] | None:

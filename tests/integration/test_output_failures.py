@@ -142,3 +142,71 @@ def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
         app.run_until(lambda: False, timeout=40)
     assert f"could not be produced to {missing}: Broker: Unknown topic or partition" in str(halted.value)
     assert committed(kafka_bootstrap, group_id, source, 1)[0] < 0
+
+
+def test_an_exactly_once_app_fenced_by_its_successor_halts_with_one_line(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica restarted with the same transactional id fences its predecessor. The fenced app
+    died with a traceback and blamed the output topic for the records the fence purged ("could
+    not be produced to ...: Purged in queue"); it halts with ``Fenced``, and no line is a
+    traceback. The successor goes on from the last commit: each record's output once."""
+    import logging
+    import threading
+
+    from laneway.kafka.commit import Fenced
+
+    source = make_topic(partitions=1)
+    output = make_topic(partitions=1, prefix="out")
+    dlq = make_topic(partitions=1, prefix="dlq")
+    n = 200
+    produce_keyed(kafka_bootstrap, source, n, keys=1)  # one key: its records run one at a time
+    txid = f"fx-{group_id}"
+    ran = threading.Event()
+
+    def build(name: str) -> App:
+        app = App(
+            name,
+            bootstrap_servers=kafka_bootstrap,
+            group_id=group_id,
+            exactly_once=ExactlyOnce(transactional_id=txid),
+            timeouts=Timeouts(commit_interval=0.2),
+        )
+
+        @app.handler(source, dead_letter_topic=dlq)
+        def handle(ev: Event) -> None:
+            ran.set()
+            time.sleep(0.05)  # 10 s of work: the first is still at it when it is fenced
+            ev.emit(output, ev.value, key=ev.key)
+
+        return app
+
+    caplog.set_level(logging.INFO)
+    first = build("eo-first")
+    first.start()
+    try:
+        assert ran.wait(60)
+        second = build("eo-second")
+        second.start()  # its producer takes the id: the first's next transaction meets the fence
+        try:
+            deadline = time.monotonic() + 60  # a guard, not a timed assert
+            while first.fatal is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert isinstance(first.fatal, Fenced), first.fatal
+            assert f"transactional.id {txid}" in str(first.fatal)
+            deadline += 60
+            while committed(kafka_bootstrap, group_id, source, 1)[0] != n and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert committed(kafka_bootstrap, group_id, source, 1)[0] == n
+            assert second.fatal is None, second.fatal
+        finally:
+            second.shutdown()
+    finally:
+        first.shutdown()
+    from tests.integration.test_producer import read_records
+
+    got = read_records(kafka_bootstrap, output, 2 * n, timeout=5, isolation="read_committed")
+    values = [m.value() for m in got]
+    assert len(values) == n and len(set(values)) == n  # the fenced transaction's records are aborted
+    assert not [r.getMessage() for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert not [r.getMessage() for r in caplog.records if "Purged in queue" in r.getMessage()]

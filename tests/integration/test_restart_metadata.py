@@ -113,9 +113,9 @@ def test_metadata_laneway_did_not_write_is_ignored_with_a_warning(
         with lock:
             ran[ev.offset] += 1
 
-    with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit"):
+    with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit_metadata"):
         assert app.run_until(lambda: len(ran) == N - 5, timeout=60)
     assert ran == Counter(range(5, N))  # from the committed position, each once, nothing skipped
     assert app.processor is not None and app.processor.skipped() == 0
-    warned = [r.getMessage() for r in caplog.records if r.name == "laneway.kafka.commit"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "laneway.kafka.commit_metadata"]
     assert len(warned) == 1 and "not written by Laneway" in warned[0] and "'hello'" in warned[0]

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from laneway.spark.metrics import PipelineResult
 from laneway.spark.pipeline import run_pipeline
+from laneway.spark.progress import logged_offsets
 from tests.spark.conftest import TEST_JVM_OPTIONS, delete_topic, new_topic, settings_under
 from tests.spark.entities import catalog_stream, produce
 
@@ -89,7 +91,13 @@ def test_a_run_behind_its_trigger_stops_after_the_batch_in_progress(
     try:
         produce(kafka_bootstrap, topic, catalog_stream(seed=5), [])  # 89 records: ~30 batches of 3
         settings = settings_under(
-            tmp_path, kafka_bootstrap, topic, trigger="100ms", max_offsets_per_trigger=3, compact_every=0
+            tmp_path,
+            kafka_bootstrap,
+            topic,
+            trigger="100ms",
+            max_offsets_per_trigger=3,
+            compact_every=0,
+            progress_group=f"{topic}-pipeline",
         )
         checkpoint = Path(settings.checkpoint)
         stop = threading.Event()
@@ -118,5 +126,11 @@ def test_a_run_behind_its_trigger_stops_after_the_batch_in_progress(
         # every batch Spark started landed whole: none was cut off between its tables' commits
         assert landed == list(range(offsets)), (started, offsets, commits, landed)
         assert offsets < 25  # far from drained: the run did not go on
+        # the progress group holds the last landed batch's end offsets, its commit marker or not
+        last = logged_offsets(settings.checkpoint, offsets - 1, topic)
+        assert last
+        group = kafka_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(f"{topic}-pipeline")])
+        committed = {tp.partition: tp.offset for tp in group[f"{topic}-pipeline"].result(30).topic_partitions}
+        assert committed == last, (committed, last, offsets, commits)
     finally:
         delete_topic(kafka_admin, topic)

@@ -104,3 +104,12 @@ def test_an_interrupt_while_generating_says_nothing_was_sent(
         "interrupted while generating the stream, before producing: nothing was sent to t1"
     )
     assert produced == [] and generated == []
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_topic_is_one_line_and_exit_2(produced: list[list[GeneratedRecord]], value: str) -> None:
+    # the client raised "ValueError: Empty topic name" (a traceback, exit 1)
+    result = _generate("--topic", value)
+    assert result.exit_code == 2, result.output
+    assert "error: --topic: must not be empty" in result.output
+    assert produced == []

@@ -107,3 +107,30 @@ def test_a_created_topic_denied_once_created_is_named_left_in_place(
     assert result.stderr.strip() == (
         "error: access denied: write to topic 'e'; this run created 'e', left in place"
     )
+
+
+@pytest.mark.parametrize(
+    "option", ["--changes-topic", "--entities-topic", "--dead-letter-topic", "--group-id"]
+)
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_name_is_one_line_and_exit_2(built: list[Any], option: str, value: str) -> None:
+    # the client raised "ValueError: Empty topic name" (a traceback, exit 1) from deep in the run
+    result = _sync([option, value, "--until-caught-up"])
+    assert result.exit_code == 2, result.output
+    assert f"error: {option}: must not be empty" in result.output
+    assert built == []  # refused before anything was built
+
+
+def test_a_setting_the_app_refuses_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from laneway.errors import ConfigError
+
+    def refusing(settings: Any, **_: Any) -> None:
+        raise ConfigError("concurrency", "must be at most 4096")
+
+    monkeypatch.setattr(sync, "CatalogSync", refusing)
+    monkeypatch.setattr(producing, "ensure_topics", lambda *a, **k: [])
+    monkeypatch.setattr(catalog_cli, "_check_access", lambda *a: None)
+    result = _sync(["--until-caught-up"])
+    assert result.exit_code == 2, result.output
+    assert "error: " in result.output and "must be at most 4096" in result.output
+    assert "Traceback" not in result.output

@@ -112,3 +112,24 @@ def test_show_says_more_only_when_more_letters_match(
     assert result.exit_code == 0, result.output
     assert "2 dead letter(s) in orders.dlq" in result.output
     assert ("more not shown: --limit 2" in result.output) is more
+
+
+@pytest.mark.parametrize("target", ["", "  "])
+def test_an_empty_redrive_target_is_refused_not_taken_as_none(calls: list[str], target: str) -> None:
+    # `--to "$TARGET"` with TARGET unset sent the letters back to their original (live) topics
+    result = _run("dlq", "redrive", "orders.dlq", "--to", target, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[0].startswith("error: --to: must not be empty")
+    assert calls == []
+
+
+def test_an_interrupted_forced_redrive_does_not_say_the_same_command_goes_on() -> None:
+    from laneway.ops.dlq_cli import _interrupted
+
+    moved = tuple(object() for _ in range(3))
+    report = rd.RedriveReport("id", "orders.dlq", False, moved, (), interrupted=True, left=2)  # type: ignore[arg-type]
+    plain = _interrupted(report, None)
+    assert "Run the same command again: it skips what was recorded" in plain
+    forced = _interrupted(report, None, force=True)
+    assert "skips what was recorded and goes on" not in forced
+    assert "the same command again sends these 3 a second time" in forced

@@ -15,8 +15,8 @@ from laneway.engine import gaps
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.processor import Processor
-from laneway.kafka import commit as commit_module
-from laneway.kafka.commit import MAX_SKIP, metadata_limit, read_committed, read_finished
+from laneway.kafka import commit_metadata as commit_module
+from laneway.kafka.commit_metadata import MAX_SKIP, metadata_limit, read_committed, read_finished
 from tests.unit.test_processor import FakeDeadLetters, wait_for
 
 TP = ("t", 0)
@@ -153,7 +153,7 @@ def test_read_finished_decodes_laneway_metadata_and_warns_about_the_rest(
             KafkaTP("t", 4, -1001, metadata=ours),  # no position
         ]
     )
-    with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit"):
+    with caplog.at_level(logging.WARNING, logger="laneway.kafka.commit_metadata"):
         committed = read_committed(consumer, [KafkaTP("t", p) for p in range(5)])  # type: ignore[arg-type]
         assert committed is not None
         got = read_finished(committed)

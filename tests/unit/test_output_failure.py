@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.processor import Processor
-from laneway.kafka.commit import AtLeastOnceCommitter, OutputError, TransactionalCommitter
+from laneway.kafka.commit import AtLeastOnceCommitter, Fenced, OutputError, TransactionalCommitter
 from laneway.monitor.metrics import PrometheusMetrics
 from tests.unit.test_processor import FakeDeadLetters
 
@@ -280,4 +280,51 @@ def test_a_consumer_thread_still_running_after_the_join_is_a_halt(caplog: pytest
         assert src.join(5) is True and len(halts) == 1
     finally:
         blocked.set()
+        proc.close()
+
+
+class FencedProducer(RefusingProducer):
+    """A newer instance with the transactional id took over: the queued records are purged (their
+    reports say so) and the transaction's verbs raise the fatal fence; so does a poll."""
+
+    error = KafkaError._PURGE_QUEUE
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.flush(timeout)
+        raise KafkaException(
+            KafkaError(
+                KafkaError._FENCED,
+                "Failed to commit transaction: Local: This instance has been fenced by a newer instance",
+                fatal=True,
+            )
+        )
+
+    def poll(self, timeout: float) -> int:
+        self.commit_transaction(0)
+        return 0
+
+
+def test_a_fenced_transaction_is_one_error_saying_so(caplog: pytest.LogCaptureFixture) -> None:
+    """An exactly-once app whose successor started with its transactional id died with a
+    traceback (the poll after the failure raised the fence again) and blamed the output topic
+    for its purged records ("could not be produced to out: Purged in queue")."""
+    proc = _emitting()
+    consumer = FakeConsumer()
+    access = {"transactional.id": "fx-0"}
+    committer = TransactionalCommitter(consumer, proc, PrometheusMetrics(), FencedProducer(), access)  # type: ignore[arg-type]
+    try:
+        proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
+        assert proc.drain(5)
+        with pytest.raises(Fenced) as fenced:
+            committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        assert isinstance(fenced.value, OutputError)  # a halt, as an output not produced is
+        assert str(fenced.value) == (
+            "fenced by a newer producer with transactional.id fx-0 (a replica started with the same id): "
+            "transaction of 3 record(s) and 1 offset(s) failed; it goes on from the last commit"
+        )
+        caplog.set_level(logging.INFO, logger="laneway.kafka.commit")
+        committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)
+        assert consumer.commits == []
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # said once, as the halt
+    finally:
         proc.close()

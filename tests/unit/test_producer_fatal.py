@@ -133,7 +133,7 @@ def test_a_fenced_redrive_says_so_and_what_it_recorded(broker: FakeBroker, fence
     reason = kerr.str() if kerr is not None else "Producer fenced by newer instance"
     assert str(raised.value) == (
         f"another redrive of {DLQ} started and fenced this one ({reason}): 2 letter(s) were sent and "
-        "recorded, the last batch was not; the other run skips what was recorded"
+        "recorded, the last batch was not; the other run skips what was recorded, unless it runs with --force"
     )
     assert broker.sent == [b"k0", b"k1"] and len(broker.recorded) == 2  # the first batch only
 

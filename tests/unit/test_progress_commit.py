@@ -104,3 +104,25 @@ def test_an_access_check_that_cannot_answer_leaves_it_to_the_commit(
     monkeypatch.setattr(progress_mod, "check_group", no_answer)
     assert group.commit({0: 1}) is False  # the commit was tried: nobody answered it either
     assert group.disabled is None and len(instances) == 1 and len(instances[0].commits) == 1
+
+
+def test_the_offset_log_gives_a_batch_s_end_offsets(tmp_path: Any) -> None:
+    """A stop can cut off the commit marker of the batch that landed last: its offsets are read
+    from the checkpoint's offset log, as Spark wrote it."""
+    from laneway.spark.progress import logged_offsets
+
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+        '{"other":{"0":5}}\n{"catalog.entities":{"0":9682,"1":7568,"2":10355,"3":8993}}\n'
+    )
+    assert logged_offsets(str(tmp_path), 3, "catalog.entities") == {0: 9682, 1: 7568, 2: 10355, 3: 8993}
+    assert logged_offsets(f"file://{tmp_path}", 3, "catalog.entities") == {
+        0: 9682,
+        1: 7568,
+        2: 10355,
+        3: 8993,
+    }
+    assert logged_offsets(str(tmp_path), 3, "missing") is None
+    assert logged_offsets(str(tmp_path), 4, "catalog.entities") is None  # no such batch
+    assert logged_offsets("s3a://bucket/checkpoint", 3, "catalog.entities") is None  # not read remotely

@@ -232,7 +232,7 @@ def run(
         settings = PipelineSettings(
             bootstrap=resolve_bootstrap(bootstrap),
             warehouse=warehouse,
-            checkpoint=checkpoint or f"{warehouse.rstrip('/')}/_checkpoints/pipeline",
+            checkpoint=f"{warehouse.rstrip('/')}/_checkpoints/pipeline" if checkpoint is None else checkpoint,
             topic=topic,
             trigger=trigger,
             max_offsets_per_trigger=max_offsets_per_trigger,

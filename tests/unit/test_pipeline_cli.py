@@ -101,6 +101,8 @@ def test_a_bad_master_or_starting_offsets_is_one_line_before_spark(
         (["--trigger", "0s"], "error: --trigger: '0s': an interval must be above 0 (1ms at least)"),
         (["--max-offsets-per-trigger", "-1"], "error: --max-offsets-per-trigger: must be >= 0"),
         (["--topic", " "], "error: --topic: must not be empty"),
+        # it was taken as no --checkpoint: the default, under the warehouse
+        (["--checkpoint", ""], "error: --checkpoint: must not be empty"),
         # the default checkpoint, under a relative warehouse, is not said a second time
         (
             ["--master", "spark://10.0.0.5:7077", "--warehouse", "catalog"],

@@ -230,7 +230,7 @@ class Committer:
 
     def _fenced(self, exc: KafkaException, what: str) -> Fenced | None:
         """The halt for ``exc`` when it is a fence by a newer producer with this transactional id."""
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        err = client_error(exc)
         txid = self._access.get("transactional.id")
         if err is None or txid is None or not is_fence(err):
             return None

@@ -105,31 +105,42 @@ class SecretFilter(logging.Filter):
         return True
 
 
-class TransientFilter(logging.Filter):
-    """Log librdkafka's WARNING lines about a state that passes by itself (:data:`TRANSIENT`: a
-    coordinator still loading) at INFO, saying so; dropped where the logger is not on for INFO."""
+class _InfoFilter(logging.Filter):
+    """Log librdkafka's lines holding one of :attr:`TEXTS`, at :attr:`LEVELS`, at INFO (with
+    :attr:`NOTE` after them); dropped where the logger is not on for INFO."""
 
-    #: librdkafka's texts of the retriable broker errors a fresh broker answers while it starts
-    TRANSIENT = ("Coordinator load in progress",)
-    NOTE = " (transient: a broker that just started is still loading its state)"
+    TEXTS: tuple[str, ...] = ()
+    LEVELS: frozenset[int] = frozenset()
+    NOTE = ""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.WARNING:
+        if record.levelno not in self.LEVELS:
             return True
         try:
             message = record.getMessage()
         except Exception:
             return True
-        if not any(text in message for text in self.TRANSIENT):
+        if not any(text in message for text in self.TEXTS):
             return True
         if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
             return False
         record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
-        record.msg, record.args = message + self.NOTE, ()
+        if self.NOTE:
+            record.msg, record.args = message + self.NOTE, ()
         return True
 
 
-class FencedFilter(logging.Filter):
+class TransientFilter(_InfoFilter):
+    """Log librdkafka's WARNING lines about a state that passes by itself (a coordinator still
+    loading) at INFO, saying so; dropped where the logger is not on for INFO."""
+
+    #: librdkafka's texts of the retriable broker errors a fresh broker answers while it starts
+    TEXTS = ("Coordinator load in progress",)
+    LEVELS = frozenset({logging.WARNING})
+    NOTE = " (transient: a broker that just started is still loading its state)"
+
+
+class FencedFilter(_InfoFilter):
     """Log librdkafka's lines about a transactional producer fenced by a newer one with its id at
     INFO: the call that meets the fence raises it, and its caller reports it once, in its own
     words (a redrive that another took over, an app replaced by its successor); its TXNERR and
@@ -137,26 +148,13 @@ class FencedFilter(logging.Filter):
 
     #: librdkafka's texts of a producer's fence (its _FENCED, the broker's PRODUCER_FENCED, an
     #: old epoch's produce request)
-    FENCED = (
+    TEXTS = (
         "has been fenced by a newer instance",
         "fences the current one",
         "transactional producer fenced by newer producer instance",
         "Producer fenced by newer instance",
     )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        try:
-            message = record.getMessage()
-        except Exception:
-            return True
-        if not any(text in message for text in self.FENCED):
-            return True
-        if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
-            return False
-        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
-        return True
+    LEVELS = frozenset({logging.WARNING, logging.ERROR, logging.CRITICAL})
 
 
 _attach_lock = threading.Lock()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,12 +28,11 @@ from confluent_kafka.admin import AdminClient
 
 from laneway.kafka.access import KafkaAccessDenied, check_group
 from laneway.kafka.logs import librdkafka_logger
+from laneway.spark.settings import _local
 
 __all__ = ["GroupProgress", "end_offsets", "latest_offsets", "logged_offsets"]
 
 logger = logging.getLogger(__name__)
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
@@ -56,7 +54,7 @@ def logged_offsets(checkpoint: str, batch_id: int, topic: str) -> dict[int, int]
 
     A stop can cut off the commit marker of the batch that landed last, and Spark reports no
     progress for it: its offsets are read here."""
-    if _SCHEME.match(checkpoint) and not checkpoint.startswith("file:"):
+    if not _local(checkpoint):
         return None
     folder = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "offsets"
     try:

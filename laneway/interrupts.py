@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: seconds: how late at worst :func:`run_stoppable`'s main thread runs the handler of a signal
+#: that did not interrupt its wait (one that did runs at once)
+_JOIN_SLICE = 0.1
+
 #: the exit status of a forced exit (128 + SIGINT, as shells report an interrupted command)
 FORCED_EXIT = 130
 FIRST_MESSAGE = "stopping... (Ctrl-C again to exit now)"
@@ -172,7 +176,12 @@ def run_stoppable(
     thread = threading.Thread(target=target, name="laneway-stoppable", daemon=True)
     with graceful_interrupts(stop.set, before_exit=before_exit) as interrupts:
         thread.start()
-        thread.join()  # a signal runs its handler, then the wait goes on
+        # Timed joins, not one join without a timeout: a signal that interrupts no wait (it came
+        # between the check for signals and the wait's start, where load preempts the main thread,
+        # or on another thread) gets its handler run only when the join returns: never, for a
+        # second Ctrl-C while the work blocks. A timed join returns, and the handler runs then.
+        while thread.is_alive():
+            thread.join(_JOIN_SLICE)
     if "error" in outcome:
         raise outcome["error"]
     result: T = outcome["result"]

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -27,7 +28,9 @@ from laneway.interrupts import (
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: an App whose start does nothing and whose shutdown waits forever (a drain a handler blocks)
+#: an App whose start does nothing and whose shutdown waits forever (a drain a handler blocks), in
+#: timed waits as the real drain's: one without a timeout would run the handler of a second Ctrl-C
+#: that came just before the wait began (see the test of run_stoppable's) only once the wait ended
 _BLOCKING_APP = """
 import threading
 from laneway import App
@@ -39,7 +42,8 @@ class BlockingApp(App):
 
     def shutdown(self):
         print("draining", flush=True)
-        threading.Event().wait()
+        while True:
+            threading.Event().wait(0.1)
 
 app = BlockingApp("blocking", bootstrap_servers="127.0.0.1:1")
 """
@@ -161,6 +165,28 @@ def test_run_stoppable_a_second_ctrl_c_exits_130_while_the_work_blocks(tmp_path:
     _, stderr = proc.communicate()
     assert code == 130, stderr
     assert stderr.splitlines() == [FIRST_MESSAGE, FORCED_MESSAGE]
+
+
+#: the frame the main thread is in while ``Thread.join`` waits (3.11, 3.12: a Python method; later: join's)
+_JOIN_WAIT = "_wait_for_tstate_lock" if hasattr(threading.Thread, "_wait_for_tstate_lock") else "join"
+
+
+def test_run_stoppable_runs_the_handler_of_a_signal_that_interrupts_no_wait() -> None:
+    """A signal interrupts the main thread's wait only if the wait has begun: one the kernel hands
+    to the main thread just before (past the check for signals: a preemption there under load, the
+    CI hang of a second Ctrl-C) interrupts nothing, nor one taken on another thread, as this one is,
+    once the main thread waits for the work. A join without a timeout ran the handler only once the
+    work ended: ``stop`` was never set."""
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def work(stop: threading.Event) -> bool:
+        while sys._current_frames()[main].f_code.co_name != _JOIN_WAIT:
+            time.sleep(0.001)  # until the main thread waits in the join
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # its C handler runs here
+        return stop.wait(60)  # a guard against a hang, not a timing assertion
+
+    assert run_stoppable(work) == (True, signal.SIGINT)
 
 
 def test_run_stoppable_returns_the_result_and_the_signal_and_raises_the_error() -> None:

@@ -5,21 +5,22 @@ order. The commit position is the lowest offset not yet done, or one past the
 highest offset seen when everything is done. It never passes an unfinished offset.
 
 A list of the offsets added, in arrival order, with the index of the lowest unfinished one,
-plus a set of the finished ones above it, gives O(1) amortised ``add``, ``done`` and
-``position`` (the design we follow uses two min-heaps; arrival order makes the heap
-unnecessary). Runs of offsets finish in bulk: a run finished while a lower offset is still in
-process (a retry, a slow key) goes into the set in one call, and once the lower one finishes
-the finished prefix is taken in slices, not one offset at a time.
+and beside it a bytearray of the same length marking the finished ones above it, gives O(1)
+amortised ``add``, ``done`` and ``position`` (the design we follow uses two min-heaps; arrival
+order makes the heap unnecessary). An offset's index is found from its distance to the head
+(a partition's offsets are mostly consecutive), else by bisection. Runs of offsets finish in
+bulk: a run of consecutive entries finished while a lower offset is still in process (a
+retry, a slow key) is marked with one slice assignment, and once the lower one finishes the
+head moves to the next unmarked entry with one ``bytearray.find``.
 """
 
 from __future__ import annotations
 
-from itertools import takewhile
+from bisect import bisect_left
+from itertools import compress
 
 __all__ = ["OffsetTracker"]
 
-#: the slice of offsets a drain looks at first, and at most, in one step
-_SLICE, _SLICE_MAX = 32, 4096
 #: the list drops its finished prefix once the prefix is this long and half the list
 _COMPACT = 4096
 
@@ -27,12 +28,13 @@ _COMPACT = 4096
 class OffsetTracker:
     """Not thread-safe: the engine guards it with its lock."""
 
-    __slots__ = ("_done", "_head", "_last_committed", "_offsets", "highest")
+    __slots__ = ("_finished", "_head", "_last_committed", "_marks", "_offsets", "highest")
 
     def __init__(self) -> None:
         self._offsets: list[int] = []  # added, in order; those before _head are finished
+        self._marks = bytearray()  # per entry of _offsets: 1 once finished (read at or after _head)
         self._head = 0
-        self._done: set[int] = set()  # finished, at or after _head
+        self._finished = 0  # entries marked at or after _head
         self.highest = -1
         self._last_committed: int | None = None
 
@@ -45,6 +47,7 @@ class OffsetTracker:
         if offset <= self.highest:
             raise ValueError(f"offset {offset} is not above the highest seen ({self.highest})")
         self._offsets.append(offset)
+        self._marks.append(0)
         self.highest = offset
 
     def extend(self, offsets: list[int]) -> None:
@@ -52,23 +55,48 @@ class OffsetTracker:
         if offsets[0] <= self.highest:
             raise ValueError(f"offset {offsets[0]} is not above the highest seen ({self.highest})")
         self._offsets.extend(offsets)
+        self._marks.extend(bytes(len(offsets)))
         self.highest = offsets[-1]
 
+    def _index(self, offset: int) -> int:
+        """The entry of ``offset`` (added, at or after the head): its distance to the head when
+        the offsets between are consecutive, else found by bisection."""
+        all_, head = self._offsets, self._head
+        i = head + offset - all_[head]
+        if i < len(all_) and all_[i] == offset:
+            return i
+        return bisect_left(all_, offset, head)
+
     def done_many(self, offsets: list[int]) -> None:
-        """:meth:`done` for each of ``offsets`` (each added, not yet done)."""
-        all_, head, done = self._offsets, self._head, self._done
+        """:meth:`done` for each of ``offsets`` (each added, not yet done, in increasing order)."""
+        all_, head, n = self._offsets, self._head, len(offsets)
+        if not n:
+            return
         if (
-            not done
-            and len(offsets) == len(all_) - head
+            not self._finished
+            and n == len(all_) - head
             and all_[head] == offsets[0]
             and all_[-1] == offsets[-1]
         ):
             # nothing else is in process: these are all that was (a batch run right through)
             self._head = 0  # (before the list: see _compact)
             self._offsets = []
+            self._marks = bytearray()
             return
-        done.update(offsets)
-        if head < len(all_) and all_[head] in done:
+        marks = self._marks
+        i = self._index(offsets[0])
+        if all_[i + n - 1 : i + n] == offsets[-1:] and all_[i : i + n] == offsets:
+            marks[i : i + n] = b"\x01" * n  # consecutive entries: one slice
+        elif all_[-1] - all_[head] == len(all_) - 1 - head:
+            shift = all_[head] - head  # no gap from the head on: an entry is its offset less this
+            for offset in offsets:
+                marks[offset - shift] = 1
+        else:
+            index = self._index
+            for offset in offsets:
+                marks[index(offset)] = 1
+        self._finished += n
+        if marks[head]:
             self._drain()
 
     def done(self, offset: int) -> None:
@@ -76,27 +104,26 @@ class OffsetTracker:
         if head < len(all_) and all_[head] == offset:
             # the common case: the lowest finishes; advance now, so memory stays bounded by
             # the out-of-order window, not by what finished since the last commit
-            self._head = head + 1
-            if self._done and head + 1 < len(all_) and all_[head + 1] in self._done:
+            self._head = head = head + 1
+            if self._finished and head < len(all_) and self._marks[head]:
                 self._drain()
-            elif head + 1 >= _COMPACT and 2 * (head + 1) >= len(all_):
+            elif head >= _COMPACT and 2 * head >= len(all_):
                 self._compact()  # (checked here: done() runs per record on the lanes' path)
         else:
-            self._done.add(offset)
+            i = head + offset - all_[head]  # (_index's first guess, inline: per record)
+            if i >= len(all_) or all_[i] != offset:
+                i = bisect_left(all_, offset, head)
+            self._marks[i] = 1
+            self._finished += 1
 
     def _drain(self) -> None:
-        """Move the head past the finished offsets, a slice at a time (module docstring): the
-        slices grow while they are finished whole, so a short finished run costs a short slice."""
-        all_, head, done = self._offsets, self._head, self._done
-        size = _SLICE
-        while head < len(all_) and all_[head] in done:
-            chunk = all_[head : head + size]
-            if not done.issuperset(chunk):
-                chunk = chunk[: len(list(takewhile(done.__contains__, chunk)))]
-            done.difference_update(chunk)
-            head += len(chunk)
-            size = min(4 * size, _SLICE_MAX)
-        self._head = head
+        """Move the head past the finished entries (module docstring)."""
+        head = self._head
+        end = self._marks.find(0, head)
+        if end < 0:
+            end = len(self._offsets)
+        self._finished -= end - head
+        self._head = end
         self._compact()
 
     def _compact(self) -> None:
@@ -108,10 +135,11 @@ class OffsetTracker:
         if head == len(self._offsets):
             self._head = 0
             self._offsets = []
+            self._marks = bytearray()
         elif head >= _COMPACT and 2 * head >= len(self._offsets):
-            rest = self._offsets[head:]
+            rest, marks = self._offsets[head:], self._marks[head:]
             self._head = 0
-            self._offsets = rest
+            self._offsets, self._marks = rest, marks
 
     def lowest(self) -> int | None:
         """The lowest offset not known to be finished (None when none is pending); without the
@@ -122,12 +150,20 @@ class OffsetTracker:
             return None
 
     def finished_beyond(self) -> list[int]:
-        """The finished offsets after the position (the lowest unfinished one), in no order."""
-        return list(self._done)
+        """The finished offsets after the position (the lowest unfinished one), in order."""
+        if not self._finished:
+            return []
+        head = self._head
+        return list(compress(self._offsets[head:], self._marks[head:]))
+
+    @property
+    def finished_count(self) -> int:
+        """How many offsets after the position are finished (``len(finished_beyond())``)."""
+        return self._finished
 
     @property
     def in_process(self) -> int:
-        return len(self._offsets) - self._head - len(self._done)
+        return len(self._offsets) - self._head - self._finished
 
     def position(self) -> int | None:
         """The offset to commit (next to consume), or None before any offset was added."""

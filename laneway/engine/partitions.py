@@ -123,7 +123,7 @@ class Ledger:
         out: list[PartitionStatus] = []
         for tp, state in self.states.items():
             tracker = state.tracker
-            gap = len(tracker.finished_beyond())
+            gap = tracker.finished_count
             unfinished = tracker.in_process
             head = state.head
             found = head[2] if head is not None else None

@@ -88,7 +88,7 @@ def test_memory_is_bounded_by_the_out_of_order_window_not_by_commits() -> None:
         for o in reversed(range(base, base + 10)):  # out of order inside a window of 10
             t.done(o)
         # no position() call in between: nothing finished is still held
-        assert len(t._pending) == 0 and len(t._done) == 0
+        assert len(t._pending) == 0 and t.finished_count == 0
     assert t.position() == 100_000
 
 
@@ -173,4 +173,44 @@ def test_a_held_offset_then_a_long_finished_run_drains_in_one_step() -> None:
         t.done(base + 250)
         assert t.lowest() == (base + 500 + 250 if base + 500 < 20_001 else None)
     assert t.position() == 20_001 and t.in_process == 0
-    assert len(t._pending) == 0 and len(t._done) == 0 and len(t._offsets) < 4096
+    assert len(t._pending) == 0 and t.finished_count == 0 and len(t._offsets) < 4096
+
+
+@given(offsets_and_order(), st.data())
+def test_the_marks_agree_with_a_set_of_finished_offsets(
+    case: tuple[list[int], list[int]], data: st.DataObject
+) -> None:
+    """Against a plain model (the offsets added, a set of those finished), for runs finished
+    one at a time or together, consecutive or not, across gaps: the position, the count in
+    process, and the finished offsets beyond the position (the commit metadata), in order."""
+    offsets, _ = case
+    tracker = OffsetTracker()
+    added: list[int] = []
+    finished: set[int] = set()
+    while len(added) < len(offsets) or len(finished) < len(added):
+        unfinished = [o for o in added if o not in finished]
+        if len(added) < len(offsets) and (not unfinished or data.draw(st.booleans())):
+            n = data.draw(st.integers(min_value=1, max_value=len(offsets) - len(added)))
+            run = offsets[len(added) : len(added) + n]
+            tracker.extend(run)
+            added.extend(run)
+            continue
+        if data.draw(st.booleans()):
+            # a consecutive stretch of what is in process, as a direct run finishes it
+            i = data.draw(st.integers(min_value=0, max_value=len(unfinished) - 1))
+            j = data.draw(st.integers(min_value=i + 1, max_value=len(unfinished)))
+            picked = unfinished[i:j]
+        else:
+            picked = sorted(data.draw(st.lists(st.sampled_from(unfinished), min_size=1, unique=True)))
+        if len(picked) == 1 and data.draw(st.booleans()):
+            tracker.done(picked[0])
+        else:
+            tracker.done_many(picked)
+        finished.update(picked)
+        lowest = next((o for o in added if o not in finished), None)
+        assert tracker.position() == (lowest if lowest is not None else added[-1] + 1)
+        assert tracker.in_process == len(added) - len(finished)
+        beyond = [o for o in added if o in finished and lowest is not None and o > lowest]
+        assert tracker.finished_beyond() == beyond
+        assert tracker.finished_count == len(beyond)
+    assert tracker.position() == offsets[-1] + 1

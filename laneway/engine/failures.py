@@ -189,12 +189,15 @@ class FailurePaths:
         reason = "deserialize" if is_unreadable(err) else "handler"
         cause = cause_of(err)
         ev.outputs = None  # a dead-lettered event emits nothing
+        # what the log line says of the error, not the error: its traceback holds the handler's
+        # frames, which would otherwise live until the acknowledgement
+        said = (type(cause).__name__, cut(str(cause)))  # up to 2,000 characters in the headers
         called: list[bool] = []
 
         def on_done(failure: BaseException | None) -> None:
             if not called:  # once, whatever the sink does
                 called.append(True)
-                self._lettered(lane, ev, state, cause, reason, failure)
+                self._lettered(lane, ev, state, said, reason, failure)
 
         try:
             self._dead_letters.send(ev, cause, reason=reason, topic=lane.spec.dlq_topic, on_done=on_done)
@@ -206,12 +209,12 @@ class FailurePaths:
         lane: Lane,
         ev: Event,
         state: PartitionState,
-        cause: BaseException,
+        said: tuple[str, str],
         reason: str,
         failure: BaseException | None,
     ) -> None:
         """The sink's answer for ``ev``'s letter: finish the event and go on with its lane, or
-        halt without finishing it."""
+        halt without finishing it. ``said``: the error's type name and its text for the log."""
         topic = lane.spec.dlq_topic
         if failure is not None:
             self.table.release([state])
@@ -224,17 +227,11 @@ class FailurePaths:
             self._letters_log.warning(
                 topic,
                 "dead-lettered %r to %s: its value could not be deserialized (the handler never ran): %s: %s",
-                *(ev, topic, type(cause).__name__, cut(str(cause))),
+                *(ev, topic, *said),
             )
         else:
             self._letters_log.warning(
-                topic,
-                "dead-lettered %r to %s after %d attempt(s): %s: %s",
-                ev,
-                topic,
-                ev.attempt,
-                type(cause).__name__,
-                cut(str(cause)),  # up to 2,000 characters in the dead letter's headers
+                topic, "dead-lettered %r to %s after %d attempt(s): %s: %s", ev, topic, ev.attempt, *said
             )
         more = self.table.finish([(lane, ev, state)])
         if not self.closed:

@@ -123,10 +123,27 @@ def format_error(error: BaseException) -> str:
                 code = tb.tb_frame.f_code
                 parts.append(_frame_text(code.co_filename, tb.tb_lineno, code.co_name))
                 tb = tb.tb_next
-        parts.extend(traceback.format_exception_only(type(exc), exc))
+        parts.append(_exception_line(exc))
         if joint:
             parts.append(joint)
     return "".join(parts)
+
+
+def _exception_line(exc: BaseException) -> str:
+    """:func:`traceback.format_exception_only`'s text for ``exc``, without building the
+    ``TracebackException`` it walks the whole stack for (a third of a letter's formatting);
+    a syntax error or an exception with notes takes the standard one."""
+    kind = type(exc)
+    if issubclass(kind, SyntaxError) or getattr(exc, "__notes__", None) is not None:
+        return "".join(traceback.format_exception_only(kind, exc))
+    name, module = kind.__qualname__, kind.__module__
+    if module not in ("__main__", "builtins"):
+        name = f"{module if isinstance(module, str) else '<unknown>'}.{name}"
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "<exception str() failed>"
+    return f"{name}: {text}\n" if text else f"{name}\n"
 
 
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

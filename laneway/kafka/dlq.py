@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 from typing import Any
 
@@ -60,8 +61,25 @@ _POLL = 0.05
 _Header = tuple[str, str | bytes | None]
 
 
+#: the whole second last formatted by :func:`_iso`, and its text (a burst of letters shares it)
+_last_second: tuple[float, str] = (-1.0, "")
+
+
 def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds")
+    """``datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")``, the second's
+    text built once per second: two timestamps cost a letter more than its traceback."""
+    global _last_second
+    frac, whole = math.modf(ts)
+    micros = round(frac * 1e6)  # as datetime rounds a timestamp: to the microsecond, then cut
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    second, text = _last_second
+    if second != whole:
+        text = dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (whole, text)
+    return f"{text}.{micros // 1000:03d}+00:00"
 
 
 def dead_letter_headers(event: Event, error: BaseException, reason: str) -> list[_Header]:
@@ -81,27 +99,28 @@ def dead_letter_headers(event: Event, error: BaseException, reason: str) -> list
         h.LAST_FAILURE: _iso(event.last_failure),
     }
     original: list[_Header] = [(k, v) for k, v in (event.headers or []) if not k.startswith("laneway.")]
-    return original + [(k, v.encode()) for k, v in ours.items()]
+    # a lone surrogate (text decoded with surrogateescape, a file name) is written as its escape:
+    # a strict encode raised here, and the record's partition halted instead of dead-lettering it
+    return original + [(k, v.encode("utf-8", "backslashreplace")) for k, v in ours.items()]
 
 
-def _lighter(
-    event: Event, error: BaseException, reason: str, level: int
-) -> tuple[bytes | None, list[_Header]]:
-    """The value and headers of the dead letter at ``level``: 0 whole; 1 without the traceback
-    and with the error message cut to 500 characters; 2 also without the value, the original
-    record's headers and ``laneway.original.key`` (module docstring)."""
-    headers = dead_letter_headers(event, error, reason)
+def _lighter(event: Event, headers: list[_Header], level: int) -> tuple[bytes | None, list[_Header]]:
+    """The value and headers of the dead letter at ``level``, from its whole headers
+    (:func:`dead_letter_headers`): 0 whole; 1 without the traceback and with the error message
+    cut to 500 characters; 2 also without the value, the original record's headers and
+    ``laneway.original.key`` (module docstring)."""
     if level == 0:
         return event.value, headers
     dropped = ["traceback"]
-    if len(str(error)) > _SHORT_MESSAGE:
-        dropped.append("message")
     lighter: list[_Header] = []
     for name, value in headers:
         if name == h.TRACEBACK:
             continue
-        if name == h.ERROR_MESSAGE:
-            value = str(error)[:_SHORT_MESSAGE].encode()
+        if name == h.ERROR_MESSAGE and isinstance(value, bytes):
+            message = value.decode()  # str(error)[:2000]: its first 500 characters are str(error)'s
+            if len(message) > _SHORT_MESSAGE:
+                dropped.append("message")
+            value = message[:_SHORT_MESSAGE].encode()
         # the smallest letter keeps the key once: as the record's key, not again as a header
         if level >= 2 and (not name.startswith("laneway.") or name == h.ORIGINAL_KEY):
             continue
@@ -115,10 +134,12 @@ def _lighter(
 
 
 class _Letter:
-    """One event's dead letter on its way: its level (how much it leaves out), whether it goes
-    alone, and the ``on_done`` to call once."""
+    """One event's dead letter on its way: its headers, its level (how much it leaves out),
+    whether it goes alone, and the ``on_done`` to call once. The headers are built once, as it
+    is made: the error (its traceback, the handler's frames and what they refer to) is not
+    kept while the letter waits for its acknowledgement."""
 
-    __slots__ = ("alone", "error", "event", "level", "on_done", "reason", "topic", "writer")
+    __slots__ = ("alone", "event", "headers", "level", "on_done", "topic", "writer")
 
     def __init__(
         self,
@@ -130,8 +151,8 @@ class _Letter:
         topic: str,
         on_done: LetterDone,
     ) -> None:
-        self.writer, self.event, self.error = writer, event, error
-        self.reason, self.topic = reason, topic
+        self.writer, self.event, self.topic = writer, event, topic
+        self.headers = dead_letter_headers(event, error, reason)
         self.on_done: LetterDone | None = on_done
         self.level = 0
         self.alone = False
@@ -145,7 +166,7 @@ class _Letter:
             if producer is None:
                 self.done(DeadLetterError("the dead-letter producer is closed"))
                 return
-            value, headers = _lighter(ev, self.error, self.reason, self.level)
+            value, headers = _lighter(ev, self.headers, self.level)
             try:
                 producer.produce(
                     self.topic, key=ev.key, value=value, headers=headers, on_delivery=self.delivered

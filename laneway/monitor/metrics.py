@@ -279,7 +279,10 @@ class PrometheusMetrics(SourceMetrics):
         child.inc()
 
     def dead_lettered(self, topic: str, reason: str) -> None:
-        self.dead_letters.labels(topic, reason).inc()
+        child = self._children.get(("dead_letters", topic, reason))
+        if child is None:
+            child = self._children[("dead_letters", topic, reason)] = self.dead_letters.labels(topic, reason)
+        child.inc()
 
     def stuck(self, topic: str) -> None:
         self.stuck_total.labels(topic).inc()

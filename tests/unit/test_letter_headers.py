@@ -1,0 +1,80 @@
+"""A dead letter's headers: built once, from any error text, and made lighter from themselves."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import random
+import weakref
+
+from laneway.engine.events import Event
+from laneway.kafka import headers as h
+from laneway.kafka.dlq import _iso, _Letter, _lighter, dead_letter_headers
+
+
+class _Failure(ValueError):
+    """A handler's error (a class of its own: built-in exceptions take no weak reference)."""
+
+
+def _raised(message: str) -> Exception:
+    try:
+        raise _Failure(message)
+    except _Failure as exc:
+        return exc
+
+
+def _event() -> Event:
+    return Event("orders", 3, 17, b"k1", b"value", [("trace", b"t1")], 1_700_000_000_000, attempt=3)
+
+
+def test_timestamps_read_as_datetimes_isoformat() -> None:
+    rnd = random.Random(7)
+    stamps = [rnd.uniform(0, 2e9) for _ in range(20_000)]
+    stamps += [1.7e9 + k / 1000 for k in range(2_000)]  # every millisecond of two seconds
+    stamps += [1.7e9 + 0.9999995, 1.7e9 + 0.9995, 59.9999996, 0.0, 1.0]  # roundings up to a second
+    for ts in stamps:
+        assert _iso(ts) == dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds"), ts
+
+
+def test_an_error_message_with_a_lone_surrogate_is_written_escaped() -> None:
+    """Text decoded with surrogateescape (a file name, a stray byte) raised in the strict encode,
+    and the record's partition halted instead of dead-lettering it."""
+    headers = dict(dead_letter_headers(_event(), _raised("bad byte \udcff here"), "handler"))
+    assert headers[h.ERROR_MESSAGE] == b"bad byte \\udcff here"
+    assert b"\\udcff" in headers[h.TRACEBACK]  # type: ignore[operator]
+
+
+def test_lighter_letters_come_from_the_whole_headers() -> None:
+    ev, long = _event(), "x" * 700
+    whole = dead_letter_headers(ev, _raised(long), "handler")
+    value, first = _lighter(ev, whole, 1)
+    named = dict(first)
+    assert value == b"value" and h.TRACEBACK not in named and "trace" in named
+    assert named[h.ERROR_MESSAGE] == b"x" * 500 and named[h.DROPPED] == b"traceback,message"
+    value, second = _lighter(ev, whole, 2)
+    named = dict(second)
+    assert value is None and "trace" not in named and h.ORIGINAL_KEY not in named
+    assert named[h.DROPPED] == b"traceback,message,value,headers"
+    assert named[h.ORIGINAL_OFFSET] == b"17"
+    _, short = _lighter(ev, dead_letter_headers(ev, _raised("short"), "handler"), 1)
+    assert dict(short)[h.DROPPED] == b"traceback" and dict(short)[h.ERROR_MESSAGE] == b"short"
+    assert _lighter(ev, whole, 0) == (b"value", whole)
+
+
+def test_a_letter_waiting_for_its_acknowledgement_does_not_keep_the_error() -> None:
+    """The error's traceback holds the handler's frames and what they refer to: a letter keeps
+    its headers, so the error goes as soon as the engine lets go of it."""
+    error = _raised("gone")
+    ref = weakref.ref(error)
+    letter = _Letter(
+        None,  # type: ignore[arg-type]  (the writer is used once the letter is produced)
+        _event(),
+        error,
+        reason="handler",
+        topic="orders.dlq",
+        on_done=lambda _: None,
+    )
+    del error
+    gc.collect()
+    assert ref() is None
+    assert dict(letter.headers)[h.ERROR_MESSAGE] == b"gone"

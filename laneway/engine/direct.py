@@ -29,7 +29,7 @@ from laneway.engine.partitions import PartitionState
 if TYPE_CHECKING:
     from laneway.engine.chunks import Engine
 
-__all__ = ["run_direct"]
+__all__ = ["run_direct", "run_lanes"]
 
 
 def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> list[Lane]:
@@ -100,6 +100,43 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     # here refers to the failures goes, or the batch would wait for the cyclic collector
     del failure, after, failed
     return more
+
+
+def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
+    """Run scheduled lanes' events here as :func:`run_direct` runs a batch's: the events queued
+    behind a retry that has just succeeded (its key's later records), which would otherwise
+    take a chunk's turn each. A lane goes whole: it leaves the table, its events count as
+    running, and what a failure or the budget leaves goes into new lanes as in
+    :func:`run_direct`. A lane holding an event that ran before (a retry, what a failed attempt
+    emitted) is returned as it is, as is each lane when none can go. Returns the lanes to
+    dispatch. Threads: the submitting thread's (:meth:`Dispatching._run_inline`), of topics
+    whose events run directly."""
+    table = engine.table
+    direct: list[Event] = []
+    runs: list[DirectRun] = []
+    kept: list[Lane] = []
+    last: PartitionState | None = None
+    with table.lock:
+        registered = table.lanes
+        for lane in lanes:
+            if any(ev.attempt > 1 or ev.outputs is not None or st.revoked for ev, st in lane) or (
+                lane.id is not None and registered.get(lane.id) is not lane
+            ):
+                kept.append(lane)
+                continue
+            spec = lane.spec
+            for ev, state in lane:
+                if state is not last or runs[-1][1] is not spec:
+                    runs.append((state, spec, len(direct)))
+                    last = state
+                direct.append(ev)
+                state.running += 1
+            lane.clear()
+            if lane.id is not None:
+                del registered[lane.id]
+    if not direct:
+        return kept
+    return kept + run_direct(engine, direct, runs)
 
 
 #: in ``_run_on``'s lists: an event left for its lane (not run)

@@ -13,6 +13,7 @@ import time
 from laneway.engine import cost as _cost
 from laneway.engine.aio import AsyncPool
 from laneway.engine.cost import CostModel
+from laneway.engine.direct import run_lanes
 from laneway.engine.failures import FailurePaths
 from laneway.engine.inbox import Inbox
 from laneway.engine.lanes import Head, Lane
@@ -105,6 +106,8 @@ class Dispatching(FailurePaths):
         left: list[list[Lane]] = []
         try:
             for chunk in chunks:
+                if chunk and chunk[0].spec.topic in self._direct_ok:
+                    chunk = self._run_lanes(chunk, deadline)
                 while chunk and perf() < deadline:
                     chunk = self._pool.run_chunk(chunk)
                 if chunk:
@@ -112,6 +115,20 @@ class Dispatching(FailurePaths):
         except Exception as exc:  # a bug in the engine itself: stop rather than lose work
             self.halt(exc)
         return left
+
+    def _run_lanes(self, chunk: list[Lane], deadline: float) -> list[Lane]:
+        """A chunk of a topic whose events run directly: its lanes' events run as a batch's do
+        (:func:`~laneway.engine.direct.run_lanes`), not a chunk's turn each; the lanes whose head
+        is a retry run it first, then what queued behind it (its key's later records). Returns
+        what is left to run."""
+        perf = time.perf_counter
+        if perf() < deadline:
+            chunk = run_lanes(self, chunk)
+        if chunk and perf() < deadline:
+            chunk = self._pool.run_chunk(chunk)
+            if chunk and perf() < deadline:
+                chunk = run_lanes(self, chunk)
+        return chunk
 
     def _park(self, due: float, lane: Lane) -> None:
         self._park_all(due, [lane])

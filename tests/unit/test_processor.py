@@ -1028,3 +1028,50 @@ def test_a_failure_on_the_submitter_sends_only_its_own_lane_to_the_workers(
         offsets = [o for p, o, key, _ in ran if key == k]
         assert offsets == sorted(offsets)
     assert proc.final_positions() == {("t", 0): 300, ("t", 1): 300}
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**16), keys=st.integers(min_value=1, max_value=40))
+def test_records_queued_behind_a_retry_run_in_key_order_through_more_failures(seed: int, keys: int) -> None:
+    """A retry's key collects its later records in its lane; once the retry succeeds they run
+    on the submitting thread as a batch's records do (``direct.run_lanes``), where some fail
+    once and some always: each key's successes stay in order, each poison record is
+    dead-lettered once after its last attempt, and the commit reaches every partition's end."""
+    rng = random.Random(seed)
+    evs = events(2_000, keys=keys, partitions=3)
+    poison = {i for i in range(len(evs)) if rng.random() < 0.01}
+    once = {i for i in range(len(evs)) if rng.random() < 0.05} - poison
+    succeeded: dict[bytes, list[int]] = {}
+    lock = threading.Lock()
+
+    def handle(ev: Event) -> None:
+        i = int(ev.value or b"0")
+        if i in poison or (i in once and ev.attempt == 1):
+            raise ValueError(f"record {i}")
+        with lock:
+            succeeded.setdefault(ev.key or b"", []).append(i)
+
+    retry = Retry(max_attempts=3, initial_backoff=0.001, max_backoff=0.004)
+    sink = FakeDeadLetters()
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle, retry=retry)}, concurrency=4, dead_letters=sink)
+    try:
+        proc.assign([("t", p) for p in range(3)])
+        i = 0
+        while i < len(evs):
+            step = rng.randint(1, 300)
+            proc.submit(evs[i : i + step])
+            i += step
+            if rng.random() < 0.3:
+                time.sleep(0.002)  # a retry comes due between polls
+        proc.idle()  # as the source does before it waits for records
+        assert proc.drain(30)
+        expected: dict[bytes, list[int]] = {}
+        for n, ev in enumerate(evs):
+            if n not in poison:
+                expected.setdefault(ev.key or b"", []).append(n)
+        assert succeeded == expected
+        assert sorted(int(ev.value or b"0") for ev, *_ in sink.sent) == sorted(poison)
+        assert all(ev.attempt == 3 for ev, *_ in sink.sent)
+        assert proc.final_positions() == _ends(evs)
+    finally:
+        proc.close()

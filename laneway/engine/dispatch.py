@@ -16,6 +16,7 @@ from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_lanes
 from laneway.engine.failures import FailurePaths
 from laneway.engine.inbox import Inbox
+from laneway.engine.sampled import Sampled
 from laneway.engine.lanes import Head, Lane
 from laneway.engine.timer import Timer
 from laneway.engine.workers import ThreadPool
@@ -41,6 +42,7 @@ class Dispatching(FailurePaths):
     _park_lock: threading.Lock
     _submitted_at: float
     _idle: bool
+    timeouts_log: Sampled
 
     def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.

@@ -16,8 +16,8 @@ from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_lanes
 from laneway.engine.failures import FailurePaths
 from laneway.engine.inbox import Inbox
-from laneway.engine.sampled import Sampled
 from laneway.engine.lanes import Head, Lane
+from laneway.engine.sampled import Sampled
 from laneway.engine.timer import Timer
 from laneway.engine.workers import ThreadPool
 

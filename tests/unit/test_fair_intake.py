@@ -251,3 +251,37 @@ def test_a_held_back_partition_resumes_while_the_cap_is_not_contended() -> None:
     assert turn.resume == [0] and turn.headroom[0] == 1_200
     busy = intake(BP, share=2_500, held=held, held_back={0}, hot=set(), total=BP.max_events)
     assert busy.resume == []  # contended: it waits for resume_at of its share as before
+
+
+def test_records_held_behind_retries_do_not_shrink_every_fetch_to_a_batch() -> None:
+    """Key-ordered partitions, none starving: a fetch takes the room the partitions surely have
+    under their shares. Records held in lanes (a retry's key's later records) spread over the
+    partitions leave each most of its share; the total held (450 events) cut every fetch to
+    a batch (833 - 450 < 416), twice the trips to the client."""
+    from laneway.engine.handlers import HandlerSpec
+    from laneway.engine.processor import Processor
+    from laneway.kafka.source import KafkaSource
+
+    proc = Processor({"t": HandlerSpec(topic="t", fn=lambda ev: None)}, concurrency=2, dead_letters=None)
+    source = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"},  # never started: no connection
+        ["t"],
+        proc,
+        backpressure=Backpressure(max_events=10_000),
+    )
+    try:
+        tps = [("t", p) for p in range(12)]
+        proc.assign(tps, owner=source)
+        source._assigned = set(tps)
+        for p in range(12):
+            proc._ledger.states[("t", p)].tracker.extend(list(range(40 if p else 10)))  # held, unfinished
+        proc.table.events_in_memory = 450
+        want = source._share_fairly()
+        assert want == 416  # a batch: half a share (resume_at)
+        assert source._room_min == 833 - 40  # the fullest partition's room under its share
+        proc.table.events_in_memory = 30
+        source._share_fairly()
+        assert source._room_min == 833 - 30  # the total bounds each: nothing looked at per partition
+    finally:
+        source._consumer.close()
+        proc.close()

@@ -65,7 +65,7 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
         failure = None
         for ev in direct[first:end]:
             try:
-                if deserializer is not None:
+                if deserializer is not None and ev.attempt == 1:
                     ev.payload = deserialize(spec, ev)
                 if (result := fn(ev)) is not None:
                     check_result(result)
@@ -103,13 +103,13 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
 
 
 def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
-    """Run scheduled lanes' events here as :func:`run_direct` runs a batch's: the events queued
-    behind a retry that has just succeeded (its key's later records), which would otherwise
-    take a chunk's turn each. A lane goes whole: it leaves the table, its events count as
-    running, and what a failure or the budget leaves goes into new lanes as in
-    :func:`run_direct`. A lane holding an event that ran before (a retry, what a failed attempt
-    emitted) is returned as it is, as is each lane when none can go. Returns the lanes to
-    dispatch. Threads: the submitting thread's (:meth:`Dispatching._run_inline`), of topics
+    """Run scheduled lanes' events here as :func:`run_direct` runs a batch's: a retry whose
+    backoff has ended and the records queued behind it (its key's later records), which would
+    otherwise take a chunk's turn each. A lane goes whole: it leaves the table, its events
+    count as running, what a failed attempt emitted is discarded, and what a failure or the
+    budget leaves goes into new lanes as in :func:`run_direct`. A lane holding an event of a
+    revoked partition is returned as it is, as is each lane when none can go. Returns the lanes
+    to dispatch. Threads: the submitting thread's (:meth:`Dispatching._run_inline`), of topics
     whose events run directly."""
     table = engine.table
     direct: list[Event] = []
@@ -119,7 +119,7 @@ def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
     with table.lock:
         registered = table.lanes
         for lane in lanes:
-            if any(ev.attempt > 1 or ev.outputs is not None or st.revoked for ev, st in lane) or (
+            if any(st.revoked for _, st in lane) or (
                 lane.id is not None and registered.get(lane.id) is not lane
             ):
                 kept.append(lane)
@@ -129,6 +129,8 @@ def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
                 if state is not last or runs[-1][1] is not spec:
                     runs.append((state, spec, len(direct)))
                     last = state
+                if ev.outputs is not None:
+                    ev.outputs = None  # what a failed attempt emitted is discarded
                 direct.append(ev)
                 state.running += 1
             lane.clear()
@@ -213,7 +215,7 @@ def _run_on(
                     lanes_of.add(member)  # its lane's later events queue behind it
                 continue
             try:
-                if deserializer is not None:
+                if deserializer is not None and ev.attempt == 1:
                     ev.payload = deserialize(spec, ev)
                 if (result := fn(ev)) is not None:
                     check_result(result)

@@ -119,18 +119,10 @@ class Dispatching(FailurePaths):
         return left
 
     def _run_lanes(self, chunk: list[Lane], deadline: float) -> list[Lane]:
-        """A chunk of a topic whose events run directly: its lanes' events run as a batch's do
-        (:func:`~laneway.engine.direct.run_lanes`), not a chunk's turn each; the lanes whose head
-        is a retry run it first, then what queued behind it (its key's later records). Returns
-        what is left to run."""
-        perf = time.perf_counter
-        if perf() < deadline:
-            chunk = run_lanes(self, chunk)
-        if chunk and perf() < deadline:
-            chunk = self._pool.run_chunk(chunk)
-            if chunk and perf() < deadline:
-                chunk = run_lanes(self, chunk)
-        return chunk
+        """A chunk of a topic whose events run directly: its lanes' events (a retry, the records
+        queued behind it) run as a batch's do (:func:`~laneway.engine.direct.run_lanes`), not a
+        chunk's turn each. Returns what is left to run."""
+        return run_lanes(self, chunk) if time.perf_counter() < deadline else chunk
 
     def _park(self, due: float, lane: Lane) -> None:
         self._park_all(due, [lane])

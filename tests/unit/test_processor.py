@@ -1075,3 +1075,26 @@ def test_records_queued_behind_a_retry_run_in_key_order_through_more_failures(se
         assert proc.final_positions() == _ends(evs)
     finally:
         proc.close()
+
+
+def test_a_retry_run_on_the_submitting_thread_emits_only_what_its_last_attempt_emitted(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    """A retry and the records behind it run as a batch's records do (``direct.run_lanes``):
+    what a failed attempt emitted is discarded, once, and each record's outputs come in order."""
+
+    def handle(ev: Event) -> None:
+        ev.emit("out", f"{ev.offset}@{ev.attempt}")
+        if ev.offset % 7 == 3 and ev.attempt == 1:
+            raise ValueError("flaky")
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(initial_backoff=0.001, max_backoff=0.002))
+    proc, sink = make(spec, partitions=1)
+    evs = [Event("t", 0, i, f"k{i % 3}".encode(), b"0") for i in range(300)]
+    for i in range(0, 300, 30):
+        proc.submit(evs[i : i + 30])
+        time.sleep(0.003)  # the retries come due between polls: the next submit runs them
+    proc.idle()
+    assert proc.drain(10) and sink.sent == []
+    values = [value for _, _, value, _ in proc.take_outputs({("t", 0): 300})]
+    assert values == [f"{i}@{2 if i % 7 == 3 else 1}".encode() for i in range(300)]

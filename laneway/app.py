@@ -315,7 +315,10 @@ class App:
         group, close; return when done. A shutdown already under way (after :meth:`stop`) is
         waited for. Afterwards the app is ``stopped`` and cannot be started again."""
         if not self._life.claim_shutdown():
-            self._life.stopped.wait()
+            # in slices: a signal that lands just before an untimed wait begins is handled only
+            # when the wait ends (laneway.interrupts: the second Ctrl-C of a blocked drain)
+            while not self._life.stopped.wait(0.1):
+                pass
             if self._life.failure is not None:
                 raise self._life.failure
             return

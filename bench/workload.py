@@ -81,6 +81,8 @@ class RunSpec:
     slow_first_s: float = 0.0  # the handler's first call computes this long (an import, a cache built)
     final_seqs: list[int] = field(default_factory=list)  # per key: done once each last one ran
     kafka_config: dict[str, Any] = field(default_factory=dict)
+    #: ``laneway-key-async`` as a plain app's handler: it sleeps and counts, no per-record checks
+    plain: bool = False
 
 
 class Recorder:

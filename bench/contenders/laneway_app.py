@@ -69,13 +69,18 @@ def run(spec: RunSpec, rec: Recorder) -> None:
         options["conflate"] = True  # a TypeError on code without conflation: the harness says so
     if spec.contender == "laneway-key-async":
         sleep_s, rec.sleep_s = rec.sleep_s, 0.0  # sleep on the event loop, not in the thread
+        tick = rec.tick
 
         async def ahandler(ev: Event) -> None:
             if sleep_s:
                 await asyncio.sleep(sleep_s)
             handle(ev.partition, ev.offset, ev.value)
 
-        app.handler(spec.topic, **options)(ahandler)
+        async def plain(ev: Event) -> None:  # a plain app's: no per-record checks, a count
+            await asyncio.sleep(sleep_s)
+            tick()
+
+        app.handler(spec.topic, **options)(plain if spec.plain else ahandler)
     elif _is_adverse(spec):
         app.handler(spec.topic, **options)(_adverse(spec, rec))
     else:

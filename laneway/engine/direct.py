@@ -102,15 +102,17 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     return more
 
 
-def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
+def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[Lane]:
     """Run scheduled lanes' events here as :func:`run_direct` runs a batch's: a retry whose
     backoff has ended and the records queued behind it (its key's later records), which would
     otherwise take a chunk's turn each. A lane goes whole: it leaves the table, its events
     count as running, what a failed attempt emitted is discarded, and what a failure or the
-    budget leaves goes into new lanes as in :func:`run_direct`. A lane holding an event of a
-    revoked partition is returned as it is, as is each lane when none can go. Returns the lanes
-    to dispatch. Threads: the submitting thread's (:meth:`Dispatching._run_inline`), of topics
-    whose events run directly."""
+    budget leaves goes into new lanes as in :func:`run_direct`. Only lanes of ``owner``'s
+    partitions go, and the caller holds ``owner``'s submit lock: no lane may appear for such a
+    key meanwhile (see the module's docstring). A lane of another owner's partition, or holding
+    an event of a revoked partition, is returned as it is, as is each lane when none can go.
+    Returns the lanes to dispatch. Threads: the submitting thread's
+    (:meth:`Dispatching._run_inline`), of topics whose events run directly."""
     table = engine.table
     direct: list[Event] = []
     runs: list[DirectRun] = []
@@ -119,7 +121,7 @@ def run_lanes(engine: Engine, lanes: list[Lane]) -> list[Lane]:
     with table.lock:
         registered = table.lanes
         for lane in lanes:
-            if any(st.revoked for _, st in lane) or (
+            if any(st.revoked or st.owner is not owner for _, st in lane) or (
                 lane.id is not None and registered.get(lane.id) is not lane
             ):
                 kept.append(lane)

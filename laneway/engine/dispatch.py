@@ -44,7 +44,9 @@ class Dispatching(FailurePaths):
     _idle: bool
     timeouts_log: Sampled
 
-    def _dispatch(self, lanes: list[Lane], inline: bool = False, keep: bool = False) -> None:
+    def _dispatch(
+        self, lanes: list[Lane], inline: bool = False, keep: bool = False, owner: object = None
+    ) -> None:
         """Hand scheduled lanes to their pools, or park those whose head event is not due yet.
 
         Lanes go out in *chunks*: a worker runs a chunk's lanes one after the other, so a
@@ -57,7 +59,8 @@ class Dispatching(FailurePaths):
         right here, on the consumer thread, for up to the inline budget: a hand-off to a
         worker thread would cost more than the handler, and the two threads would fight over
         the GIL. What is left goes to the workers; with ``keep``, a cheap plain handler's waits
-        in the inbox for the next submit instead (the workers take it if none comes).
+        in the inbox for the next submit instead (the workers take it if none comes). ``owner``:
+        the submitter whose thread this is, inline (:meth:`_run_lanes`).
         """
         groups: dict[str, list[Lane]] = {}
         now: float | None = None
@@ -93,7 +96,7 @@ class Dispatching(FailurePaths):
                 self._apool.put(chunks)
                 continue
             if inline and spec.timeout is None and spec.delay is None and cost_model.inline_allowed(topic):
-                chunks = self._run_inline(chunks)  # (the watchdog watches workers only)
+                chunks = self._run_inline(chunks, owner)  # (the watchdog watches workers only)
                 if keep and topic in self._direct_ok:  # what the budget left waits for the next submit
                     for chunk in chunks:
                         for lane in chunk:
@@ -101,7 +104,7 @@ class Dispatching(FailurePaths):
                     continue
             self._pool.put(chunks)
 
-    def _run_inline(self, chunks: list[list[Lane]]) -> list[list[Lane]]:
+    def _run_inline(self, chunks: list[list[Lane]], owner: object = None) -> list[list[Lane]]:
         """Run chunks on this thread until the inline budget is spent; return what is left."""
         perf = time.perf_counter
         deadline = perf() + _cost.INLINE_BUDGET
@@ -109,7 +112,7 @@ class Dispatching(FailurePaths):
         try:
             for chunk in chunks:
                 if chunk and chunk[0].spec.topic in self._direct_ok:
-                    chunk = self._run_lanes(chunk, deadline)
+                    chunk = self._run_lanes(chunk, deadline, owner)
                 while chunk and perf() < deadline:
                     chunk = self._pool.run_chunk(chunk)
                 if chunk:
@@ -118,11 +121,19 @@ class Dispatching(FailurePaths):
             self.halt(exc)
         return left
 
-    def _run_lanes(self, chunk: list[Lane], deadline: float) -> list[Lane]:
-        """A chunk of a topic whose events run directly: its lanes' events (a retry, the records
-        queued behind it) run as a batch's do (:func:`~laneway.engine.direct.run_lanes`), not a
-        chunk's turn each. Returns what is left to run."""
-        return run_lanes(self, chunk) if time.perf_counter() < deadline else chunk
+    def _run_lanes(self, chunk: list[Lane], deadline: float, owner: object) -> list[Lane]:
+        """A chunk of a topic whose events run directly: the lanes of ``owner``'s partitions (a
+        retry, the records queued behind it) run as a batch's do
+        (:func:`~laneway.engine.direct.run_lanes`), under its submit lock, not a chunk's turn each.
+        Another owner's lanes stay lanes: its submits place their keys' records meanwhile.
+        Returns what is left to run."""
+        if time.perf_counter() >= deadline:
+            return chunk
+        with self.submit_lock(owner):
+            return run_lanes(self, chunk, owner)
+
+    def submit_lock(self, owner: object = None) -> threading.Lock:
+        raise NotImplementedError  # the processor's
 
     def _park(self, due: float, lane: Lane) -> None:
         self._park_all(due, [lane])

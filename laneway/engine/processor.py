@@ -192,15 +192,10 @@ class Processor(Dispatching):
             raise EngineStopped("the processor is closed")
         if not self._started:
             self.start()
-        if owner is None:
-            submit_lock = self._submit_lock
-        else:
-            submit_lock = self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(
-                id(owner), threading.Lock()
-            )
+        submit_lock = self.submit_lock(owner)
         self._submitted_at = time.monotonic()
         self._idle = False
-        self.run_waiting()
+        self.run_waiting(owner)
         here = self.cost.direct_topics(self._direct_ok)
         with submit_lock:
             with self._lock:
@@ -212,8 +207,14 @@ class Processor(Dispatching):
             for lane in left:
                 self._ready(lane)
         if to_dispatch:
-            self._dispatch(to_dispatch, inline=True, keep=True)
+            self._dispatch(to_dispatch, inline=True, keep=True, owner=owner)
         return accepted
+
+    def submit_lock(self, owner: object = None) -> threading.Lock:
+        """The lock ``owner``'s submits take turns on (see :meth:`submit`)."""
+        if owner is None:
+            return self._submit_lock
+        return self._owner_locks.get(id(owner)) or self._owner_locks.setdefault(id(owner), threading.Lock())
 
     @property
     def partitions(self) -> int:
@@ -328,16 +329,17 @@ class Processor(Dispatching):
         if self._inbox:
             self.dispatch_more(self._inbox.take())
 
-    def run_waiting(self) -> None:
+    def run_waiting(self, owner: object = None) -> None:
         """Run the lanes waiting for a submitting thread (:mod:`~laneway.engine.inbox`) here,
-        up to the inline budget; what it leaves waits for the next call."""
+        up to the inline budget; what it leaves waits for the next call. ``owner``: the
+        submitter whose thread this is (its own partitions' lanes run as direct runs)."""
         if self._inbox:
-            self._dispatch(self._inbox.take(), inline=True, keep=True)
+            self._dispatch(self._inbox.take(), inline=True, keep=True, owner=owner)
 
-    def wait_for_room(self, max_events: int, max_bytes: int, timeout: float) -> bool:
+    def wait_for_room(self, max_events: int, max_bytes: int, timeout: float, owner: object = None) -> bool:
         """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
         held; True when they are. Runs what waits for this thread first (:meth:`run_waiting`)."""
-        self.run_waiting()
+        self.run_waiting(owner)
         return self.table.wait_for_room(max_events, max_bytes, timeout, lambda: self.fatal is not None)
 
     def final_positions(

@@ -339,7 +339,7 @@ class KafkaSource(RebalanceCallbacks):
         events = processor.events_in_memory
         idle = self._paused or self._all_held_back
         if needs_room(bp, events=events, want=want, paused=idle, draining=self._draining.is_set()):
-            if not processor.wait_for_room(room_target(bp, want), bp.max_bytes, _ROOM_WAIT):
+            if not processor.wait_for_room(room_target(bp, want), bp.max_bytes, _ROOM_WAIT, owner=self):
                 return 0  # the workers are not keeping up: pause
             events = processor.events_in_memory
         return bp.max_events - events

@@ -1098,3 +1098,59 @@ def test_a_retry_run_on_the_submitting_thread_emits_only_what_its_last_attempt_e
     assert proc.drain(10) and sink.sent == []
     values = [value for _, _, value, _ in proc.take_outputs({("t", 0): 300})]
     assert values == [f"{i}@{2 if i % 7 == 3 else 1}".encode() for i in range(300)]
+
+
+def test_two_consumers_keep_each_key_in_order_through_retries() -> None:
+    """Two owners (consumers=2) submit their own partitions from their own threads, and a retry's
+    lane can reach either one's inbox run. A lane runs as a direct run only on its own owner's
+    thread: another owner's place, meanwhile, found no lane for the key and ran its next
+    records at once, beside and before the retry (a review: two calls of one key at once)."""
+    running: set[bytes] = set()
+    overlaps: list[bytes] = []
+    succeeded: dict[bytes, list[int]] = {}
+    lock = threading.Lock()
+
+    def handle(ev: Event) -> None:
+        key = ev.key or b""
+        with lock:
+            if key in running:
+                overlaps.append(key)
+            running.add(key)
+        try:
+            if ev.attempt == 1 and int(ev.value or b"0") % 5 == 0:
+                raise ValueError("flaky")
+            with lock:
+                succeeded.setdefault(key, []).append(int(ev.value or b"0"))
+        finally:
+            with lock:
+                running.discard(key)
+
+    retry = Retry(max_attempts=3, initial_backoff=0.0005, max_backoff=0.001)
+    proc = Processor(
+        {"t": HandlerSpec(topic="t", fn=handle, retry=retry)}, concurrency=4, dead_letters=FakeDeadLetters()
+    )
+    owners = [object(), object()]
+    try:
+        for i, owner in enumerate(owners):
+            proc.assign([("t", p) for p in range(i * 2, i * 2 + 2)], owner=owner)
+        evs = events(40_000, keys=40, partitions=4)
+        mine = [[ev for ev in evs if ev.partition // 2 == i] for i in range(2)]
+
+        def feed(i: int) -> None:
+            for j in range(0, len(mine[i]), 50):
+                proc.submit(mine[i][j : j + 50], owner=owners[i])
+            proc.idle()
+
+        threads = [threading.Thread(target=feed, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert proc.drain(30)
+        expected: dict[bytes, list[int]] = {}
+        for ev in evs:
+            expected.setdefault(ev.key or b"", []).append(int(ev.value or b"0"))
+        assert overlaps == []
+        assert succeeded == expected
+    finally:
+        proc.close()

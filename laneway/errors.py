@@ -49,6 +49,15 @@ from __future__ import annotations
 __all__ = ["ConfigError", "DeadLetterError", "EngineStopped", "HandlerFailed", "LanewayError"]
 
 
+def text_of(error: BaseException) -> str:
+    """``str(error)``, or what the standard formatter says when that raises: a handler's error
+    whose ``__str__`` fails must still be dead-lettered or named in a halt."""
+    try:
+        return str(error)
+    except Exception:
+        return "<exception str() failed>"
+
+
 class LanewayError(Exception):
     """The root of every exception Laneway raises."""
 
@@ -77,7 +86,7 @@ class HandlerFailed(LanewayError):
         *,
         unreadable: bool = False,
     ) -> None:
-        why = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+        why = f": {type(cause).__name__}: {text_of(cause)}" if cause is not None else ""
         where = f"topic {topic!r}, partition {partition}, offset {offset}"
         super().__init__(
             f"the record at {where} could not be deserialized, so its handler did not run{why}"

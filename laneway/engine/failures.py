@@ -22,7 +22,7 @@ from laneway.engine.metrics import Metrics
 from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
 from laneway.engine.partitions import PartitionState
 from laneway.engine.sampled import Sampled
-from laneway.errors import DeadLetterError, HandlerFailed
+from laneway.errors import DeadLetterError, HandlerFailed, text_of
 
 __all__ = ["RETRY_GROUP", "FailurePaths", "letters_log", "timeouts_log"]
 
@@ -191,7 +191,7 @@ class FailurePaths:
         ev.outputs = None  # a dead-lettered event emits nothing
         # what the log line says of the error, not the error: its traceback holds the handler's
         # frames, which would otherwise live until the acknowledgement
-        said = (type(cause).__name__, cut(str(cause)))  # up to 2,000 characters in the headers
+        said = (type(cause).__name__, cut(text_of(cause)))  # up to 2,000 characters in the headers
         called: list[bool] = []
 
         def on_done(failure: BaseException | None) -> None:

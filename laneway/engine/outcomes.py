@@ -16,6 +16,7 @@ from typing import Literal
 
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
+from laneway.errors import text_of
 
 __all__ = [
     "Action",
@@ -139,10 +140,7 @@ def _exception_line(exc: BaseException) -> str:
     name, module = kind.__qualname__, kind.__module__
     if module not in ("__main__", "builtins"):
         name = f"{module if isinstance(module, str) else '<unknown>'}.{name}"
-    try:
-        text = str(exc)
-    except BaseException:
-        text = "<exception str() failed>"
+    text = text_of(exc)
     return f"{name}: {text}\n" if text else f"{name}\n"
 
 

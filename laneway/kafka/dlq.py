@@ -40,7 +40,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from laneway.engine.events import Event
 from laneway.engine.handlers import LetterDone
 from laneway.engine.outcomes import format_error
-from laneway.errors import DeadLetterError
+from laneway.errors import DeadLetterError, text_of
 from laneway.kafka import headers as h
 from laneway.kafka.access import DENIED, as_access_error, classify, producer_asks
 from laneway.kafka.logs import librdkafka_logger
@@ -92,7 +92,7 @@ def dead_letter_headers(event: Event, error: BaseException, reason: str) -> list
         h.ORIGINAL_TIMESTAMP: str(event.timestamp_ms),
         h.REASON: reason,
         h.ERROR_TYPE: f"{type(error).__module__}.{type(error).__qualname__}",
-        h.ERROR_MESSAGE: str(error)[:2000],
+        h.ERROR_MESSAGE: text_of(error)[:2000],
         h.TRACEBACK: format_error(error)[-_MAX_TRACEBACK:],
         h.ATTEMPTS: str(event.attempt),
         h.FIRST_FAILURE: _iso(event.first_failure),

@@ -78,3 +78,48 @@ def test_a_letter_waiting_for_its_acknowledgement_does_not_keep_the_error() -> N
     gc.collect()
     assert ref() is None
     assert dict(letter.headers)[h.ERROR_MESSAGE] == b"gone"
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
+    """A handler's error whose ``__str__`` raises (a review: the app halted at the letter's log
+    line, and ``on_failure="halt"`` printed a traceback instead of its one line)."""
+    from laneway import HandlerFailed
+    from laneway.engine.handlers import HandlerSpec, LetterDone
+    from laneway.engine.processor import Processor
+
+    sent: list[dict[str, object]] = []
+
+    class Sink:
+        def send(
+            self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
+        ) -> None:
+            sent.append(dict(dead_letter_headers(event, error, reason)))
+            on_done(None)
+
+    def handle(ev: Event) -> None:
+        raise _Unprintable
+
+    from laneway import Retry
+
+    proc = Processor(
+        {"t": HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))},
+        concurrency=2,
+        dead_letters=Sink(),
+    )
+    try:
+        proc.assign([("t", 0)])
+        proc.submit([Event("t", 0, i, b"k", b"v") for i in range(3)])
+        assert proc.drain(10) and proc.fatal is None
+        assert [h[h.ERROR_MESSAGE] for h in sent] == [b"<exception str() failed>"] * 3
+        assert proc.final_positions() == {("t", 0): 3}
+    finally:
+        proc.close()
+    halted = HandlerFailed("t", 0, 5, 1, _Unprintable())
+    assert (
+        str(halted) == "handler failed on t[0]@5 after 1 attempt(s): _Unprintable: <exception str() failed>"
+    )

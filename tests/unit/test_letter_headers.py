@@ -115,7 +115,7 @@ def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
         proc.assign([("t", 0)])
         proc.submit([Event("t", 0, i, b"k", b"v") for i in range(3)])
         assert proc.drain(10) and proc.fatal is None
-        assert [h[h.ERROR_MESSAGE] for h in sent] == [b"<exception str() failed>"] * 3
+        assert [letter[h.ERROR_MESSAGE] for letter in sent] == [b"<exception str() failed>"] * 3
         assert proc.final_positions() == {("t", 0): 3}
     finally:
         proc.close()

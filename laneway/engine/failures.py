@@ -19,7 +19,7 @@ from laneway.engine.events import Event
 from laneway.engine.handlers import DeadLetterSink
 from laneway.engine.lanes import Failed, FinishingLock, Lane, LaneTable
 from laneway.engine.metrics import Metrics
-from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
+from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable, printable
 from laneway.engine.partitions import PartitionState
 from laneway.engine.sampled import Sampled
 from laneway.errors import DeadLetterError, HandlerFailed, text_of
@@ -191,7 +191,9 @@ class FailurePaths:
         ev.outputs = None  # a dead-lettered event emits nothing
         # what the log line says of the error, not the error: its traceback holds the handler's
         # frames, which would otherwise live until the acknowledgement
-        said = (type(cause).__name__, cut(text_of(cause)))  # up to 2,000 characters in the headers
+        # one line, control characters escaped: an error's text cannot fake log lines; up to
+        # 2,000 characters in the headers
+        said = (type(cause).__name__, cut(printable(text_of(cause))))
         called: list[bool] = []
 
         def on_done(failure: BaseException | None) -> None:

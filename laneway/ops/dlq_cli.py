@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from laneway.engine.events import _key_text as key_text  # the log lines' form of a key: one rule
+from laneway.engine.outcomes import printable
 from laneway.interrupts import graceful_interrupts
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h
@@ -48,9 +49,10 @@ _SHOWN = (
 
 
 def _short(text: str | None, width: int = 60) -> str:
+    """One line of ``text`` for a table cell, its control characters escaped (``\\x1b``)."""
     if not text:
         return "-"
-    one = " ".join(text.split())
+    one = printable(" ".join(text.split()))
     return one if len(one) <= width else one[: width - 1] + "…"
 
 
@@ -150,8 +152,8 @@ def dlq_show(
             f"{x.partition}/{x.offset}",
             Text(key_text(x.key)),  # as a log line shows it; not read as markup
             # a letter without its value: a redrive reads it from the original, while retained
-            x.original_position + (" (value left out)" if x.value_dropped else ""),
-            _short(error),
+            Text(x.original_position + (" (value left out)" if x.value_dropped else "")),
+            Text(_short(error)),  # a message's [brackets] are text, not markup
             x.info.get(h.ATTEMPTS, "-"),
             x.info.get(h.LAST_FAILURE, "-"),
             entry.redrive_id if entry else "-",
@@ -168,7 +170,7 @@ def dlq_show(
         for x in letters:
             console.rule(f"{x.partition}/{x.offset}")
             missing = "(left out: over the size limit)" if h.DROPPED in x.info else "(no traceback)"
-            text = (x.info.get(h.TRACEBACK) or "").rstrip() or missing  # it ends with a newline
+            text = printable((x.info.get(h.TRACEBACK) or "").rstrip(), keep="\n") or missing  # ends with \n
             console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 

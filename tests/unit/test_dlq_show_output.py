@@ -116,3 +116,25 @@ def test_a_key_is_shown_as_a_log_line_shows_it(monkeypatch: pytest.MonkeyPatch) 
     ]
     assert cells == logged
     assert cells[:2] == ["\ufffd\\x00bin", "a\\nb"] and cells[2] == "k" * 63 + "…"
+
+
+def test_an_error_text_is_shown_as_text_control_characters_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error message is text: its [brackets] are not rich markup (a closing tag crashed the
+    command, an opening one styled the row), and its control characters reach no terminal (a
+    review: a NUL and an ESC sequence came through raw, in the table and the traceback)."""
+    letters = [
+        _letter(
+            0,
+            {
+                h.ERROR_TYPE: "builtins.ValueError",
+                h.ERROR_MESSAGE: "unexpected [/red] in [bold]x[/bold] \x1b[31mred\x00",
+                h.TRACEBACK: "Traceback (most recent call last):\nValueError: \x1b[31mred\x00\n",
+            },
+        )
+    ]
+    monkeypatch.setattr(dr, "read_dead_letters", lambda bootstrap, topic, **kwargs: letters)
+    lines, _ = _show("--traceback")
+    text = "\n".join(lines)
+    assert "\x1b" not in text and "\x00" not in text
+    assert "[/red] in [bold]x[/bold]" in text.replace("│\n│", "")  # the brackets kept, as text
+    assert "ValueError: \\x1b[31mred\\x00" in text  # the traceback's line, escaped

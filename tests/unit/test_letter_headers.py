@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import logging
 import random
 import weakref
+
+import pytest
 
 from laneway.engine.events import Event
 from laneway.kafka import headers as h
@@ -123,3 +126,37 @@ def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
     assert (
         str(halted) == "handler failed on t[0]@5 after 1 attempt(s): _Unprintable: <exception str() failed>"
     )
+
+
+def test_the_dead_letter_log_line_escapes_the_error_s_control_characters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error's newline could start a fake log line of its own (a review)."""
+    from laneway import Retry
+    from laneway.engine.handlers import HandlerSpec, LetterDone
+    from laneway.engine.processor import Processor
+
+    class Sink:
+        def send(
+            self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
+        ) -> None:
+            on_done(None)
+
+    def handle(ev: Event) -> None:
+        raise ValueError("line1\nWARNING forged\x1b[31m")
+
+    proc = Processor(
+        {"t": HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))},
+        concurrency=2,
+        dead_letters=Sink(),
+    )
+    try:
+        proc.assign([("t", 0)])
+        with caplog.at_level(logging.WARNING, logger="laneway.engine.processor"):
+            proc.submit([Event("t", 0, 0, b"k", b"v")])
+            assert proc.drain(10)
+    finally:
+        proc.close()
+    lines = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert lines and all("\n" not in line and "\x1b" not in line for line in lines)
+    assert lines[0].endswith("ValueError: line1\\nWARNING forged\\x1b[31m")

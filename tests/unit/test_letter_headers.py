@@ -7,10 +7,14 @@ import gc
 import logging
 import random
 import weakref
+from collections.abc import Callable
 
 import pytest
 
+from laneway import HandlerFailed, Retry
 from laneway.engine.events import Event
+from laneway.engine.handlers import HandlerSpec, LetterDone
+from laneway.engine.processor import Processor
 from laneway.kafka import headers as h
 from laneway.kafka.dlq import _iso, _Letter, _lighter, dead_letter_headers
 
@@ -88,13 +92,9 @@ class _Unprintable(Exception):
         raise RuntimeError("no str for you")
 
 
-def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
-    """A handler's error whose ``__str__`` raises (a review: the app halted at the letter's log
-    line, and ``on_failure="halt"`` printed a traceback instead of its one line)."""
-    from laneway import HandlerFailed
-    from laneway.engine.handlers import HandlerSpec, LetterDone
-    from laneway.engine.processor import Processor
-
+def _dead_lettered(handle: Callable[[Event], None], n: int) -> list[dict[str, object]]:
+    """Run ``n`` records of one partition through ``handle`` (one attempt each, every failure
+    dead-lettered); the letters' headers, once the partition's commit reached the end."""
     sent: list[dict[str, object]] = []
 
     class Sink:
@@ -104,24 +104,27 @@ def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
             sent.append(dict(dead_letter_headers(event, error, reason)))
             on_done(None)
 
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))
+    proc = Processor({"t": spec}, concurrency=2, dead_letters=Sink())
+    try:
+        proc.assign([("t", 0)])
+        proc.submit([Event("t", 0, i, b"k", b"v") for i in range(n)])
+        assert proc.drain(10) and proc.fatal is None
+        assert proc.final_positions() == {("t", 0): n}
+    finally:
+        proc.close()
+    return sent
+
+
+def test_an_error_whose_str_raises_is_dead_lettered_not_halted() -> None:
+    """A handler's error whose ``__str__`` raises (a review: the app halted at the letter's log
+    line, and ``on_failure="halt"`` printed a traceback instead of its one line)."""
+
     def handle(ev: Event) -> None:
         raise _Unprintable
 
-    from laneway import Retry
-
-    proc = Processor(
-        {"t": HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))},
-        concurrency=2,
-        dead_letters=Sink(),
-    )
-    try:
-        proc.assign([("t", 0)])
-        proc.submit([Event("t", 0, i, b"k", b"v") for i in range(3)])
-        assert proc.drain(10) and proc.fatal is None
-        assert [letter[h.ERROR_MESSAGE] for letter in sent] == [b"<exception str() failed>"] * 3
-        assert proc.final_positions() == {("t", 0): 3}
-    finally:
-        proc.close()
+    sent = _dead_lettered(handle, 3)
+    assert [letter[h.ERROR_MESSAGE] for letter in sent] == [b"<exception str() failed>"] * 3
     halted = HandlerFailed("t", 0, 5, 1, _Unprintable())
     assert (
         str(halted) == "handler failed on t[0]@5 after 1 attempt(s): _Unprintable: <exception str() failed>"
@@ -132,31 +135,13 @@ def test_the_dead_letter_log_line_escapes_the_error_s_control_characters(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An error's newline could start a fake log line of its own (a review)."""
-    from laneway import Retry
-    from laneway.engine.handlers import HandlerSpec, LetterDone
-    from laneway.engine.processor import Processor
-
-    class Sink:
-        def send(
-            self, event: Event, error: BaseException, *, reason: str, topic: str, on_done: LetterDone
-        ) -> None:
-            on_done(None)
 
     def handle(ev: Event) -> None:
         raise ValueError("line1\nWARNING forged\x1b[31m")
 
-    proc = Processor(
-        {"t": HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=1))},
-        concurrency=2,
-        dead_letters=Sink(),
-    )
-    try:
-        proc.assign([("t", 0)])
-        with caplog.at_level(logging.WARNING, logger="laneway.engine.processor"):
-            proc.submit([Event("t", 0, 0, b"k", b"v")])
-            assert proc.drain(10)
-    finally:
-        proc.close()
+    with caplog.at_level(logging.WARNING, logger="laneway.engine.processor"):
+        sent = _dead_lettered(handle, 1)
+    assert sent[0][h.ERROR_MESSAGE] == b"line1\nWARNING forged\x1b[31m"  # the letter keeps the text
     lines = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
     assert lines and all("\n" not in line and "\x1b" not in line for line in lines)
     assert lines[0].endswith("ValueError: line1\\nWARNING forged\\x1b[31m")

@@ -134,4 +134,13 @@ def _key_text(key: bytes | None) -> str:
     text = key.decode("utf-8", "replace")
     if len(text) > _KEY_CHARS:
         text = text[: _KEY_CHARS - 1] + "…"
-    return text if text.isprintable() and text else repr(text)[1:-1] or "''"
+    return printable(text) or "''"
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` for a log line or a terminal: as it is when printable, else escaped as ``repr``
+    escapes it (``\\n``, ``\\x1b``), so it starts no line of its own and sends no escape
+    sequence; a ``keep`` character (a traceback's newline) stays, the text between escaped."""
+    if keep and keep in text:
+        return keep.join(printable(part) for part in text.split(keep))
+    return text if text.isprintable() else repr(text)[1:-1]

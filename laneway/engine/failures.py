@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from laneway.engine.events import Event
+from laneway.engine.events import Event, printable
 from laneway.engine.handlers import DeadLetterSink
 from laneway.engine.lanes import Failed, FinishingLock, Lane, LaneTable
 from laneway.engine.metrics import Metrics
-from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable, printable
+from laneway.engine.outcomes import cause_of, cut, decide, is_unreadable
 from laneway.engine.partitions import PartitionState
 from laneway.engine.sampled import Sampled
 from laneway.errors import DeadLetterError, HandlerFailed, text_of
@@ -189,10 +189,8 @@ class FailurePaths:
         reason = "deserialize" if is_unreadable(err) else "handler"
         cause = cause_of(err)
         ev.outputs = None  # a dead-lettered event emits nothing
-        # what the log line says of the error, not the error: its traceback holds the handler's
-        # frames, which would otherwise live until the acknowledgement
-        # one line, control characters escaped: an error's text cannot fake log lines; up to
-        # 2,000 characters in the headers
+        # what the log line says of the error, not the error (its traceback holds the handler's
+        # frames until the acknowledgement): one line, escaped, so it cannot fake log lines
         said = (type(cause).__name__, cut(printable(text_of(cause))))
         called: list[bool] = []
 

@@ -88,17 +88,6 @@ def check_result(result: object) -> None:
         )
 
 
-#: control characters as their escapes: an error's text in a log line or a terminal cannot
-#: start a line of its own or send the terminal an escape sequence
-_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
-
-
-def printable(text: str, keep: str = "") -> str:
-    """``text`` with its control characters escaped (``\\n``, ``\\x1b``), but those in ``keep``."""
-    table = _ESCAPES if not keep else {c: e for c, e in _ESCAPES.items() if chr(c) not in keep}
-    return text.translate(table)
-
-
 def cut(text: str, limit: int = 300) -> str:
     """``text`` for a log line: at most ``limit`` characters, and says so when cut."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from laneway.engine.events import _key_text as key_text  # the log lines' form of a key: one rule
-from laneway.engine.outcomes import printable
+from laneway.engine.events import printable
 from laneway.interrupts import graceful_interrupts
 from laneway.kafka import dlq_reader as dr
 from laneway.kafka import headers as h

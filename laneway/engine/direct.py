@@ -45,11 +45,15 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
     Each event's handler time runs from the end of the previous call (one clock read per
     event: the loop's own step, well under a microsecond, counts as handler time).
     """
-    perf, metrics = time.perf_counter, engine.metrics
+    perf = time.perf_counter
     deadline = perf() + _cost.INLINE_BUDGET
     done = 0  # events of ``direct`` finished (or dropped), a prefix, until a failure
     after: After | None = None  # past a failure: per run from ``done``, see _run_on
     failure: BaseException | None = None
+    # the handler times of the runs since the handler last changed, learned and counted once
+    took: list[float] = []
+    took_of: HandlerSpec | None = None
+    stamp = 0
     for r, (state, spec, first) in enumerate(runs):
         end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
         if first == end:
@@ -60,8 +64,12 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
         prev = perf()
         if prev > deadline or engine.fatal is not None:
             break
+        if spec is not took_of:
+            if took_of is not None and took:
+                _learned(engine, took_of, took, stamp)
+            took, took_of = [], spec
         fn, deserializer = spec.fn, spec.deserializer
-        took: list[float] = []
+        before = len(took)
         failure = None
         for ev in direct[first:end]:
             try:
@@ -77,15 +85,17 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
             prev = now
             if now > deadline:
                 break
-        done += len(took)
-        if took:
-            engine.cost.learn(spec.topic, len(took), sum(took))
-            metrics.processed(spec.topic, took, direct[first + len(took) // 2].timestamp_ms)
+        ran = len(took) - before
+        if ran:
+            done += ran
+            stamp = direct[first + ran // 2].timestamp_ms
         if failure is not None:
             after = _run_on(engine, direct, runs, done, failure, deadline)
             break
         if done < end:
             break
+    if took_of is not None and took:
+        _learned(engine, took_of, took, stamp)
     table = engine.table
     more: list[Lane] = []
     failed: list[Failed] = []
@@ -120,12 +130,19 @@ def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[L
     last: PartitionState | None = None
     with table.lock:
         registered = table.lanes
+        going: list[Lane] = []
         for lane in lanes:
-            if any(st.revoked or st.owner is not owner for _, st in lane) or (
-                lane.id is not None and registered.get(lane.id) is not lane
-            ):
-                kept.append(lane)
-                continue
+            keep = lane.id is not None and registered.get(lane.id) is not lane
+            if not keep:
+                for _, st in lane:
+                    if st.revoked or st.owner is not owner:
+                        keep = True
+                        break
+            (kept if keep else going).append(lane)
+        # a partition's lanes in a row make one run, not a run each (a lane's events are of one
+        # partition, unless a producer put one key on several)
+        going.sort(key=lambda lane: id(lane[0][1]) if lane else 0)
+        for lane in going:
             spec = lane.spec
             for ev, state in lane:
                 if state is not last or runs[-1][1] is not spec:
@@ -166,7 +183,11 @@ def _run_on(
     A lane is told by its member in ``blocked`` (per topic): the key in ``key`` mode, the
     partition otherwise (and for keyless events); ``unordered`` events have lanes of their own
     and never wait for another's failure."""
-    perf, metrics = time.perf_counter, engine.metrics
+    perf = time.perf_counter
+    # the handler times of the runs since the handler last changed, learned and counted once
+    spent: list[float] = []
+    took_of: HandlerSpec | None = None
+    stamp = 0
     blocked: dict[str, set[object]] = {}
     out: After = []
     rest: list[tuple[Event, object]] = []
@@ -232,12 +253,26 @@ def _run_on(
             prev = now
             ok.append(ev)
         if took:
-            engine.cost.learn(topic, len(took), sum(took))
-            metrics.processed(topic, took, ok[len(ok) // 2].timestamp_ms)
+            if spec is took_of:
+                spent.extend(took)
+            else:
+                if took_of is not None:
+                    _learned(engine, took_of, spent, stamp)
+                spent, took_of = took, spec
+            stamp = ok[len(ok) // 2].timestamp_ms
+    if took_of is not None:
+        _learned(engine, took_of, spent, stamp)
     try:
         return out
     finally:  # no cycle through this frame, which the failures' tracebacks hold (run_direct)
         del out, rest, failure
+
+
+def _learned(engine: Engine, spec: HandlerSpec, took: list[float], stamp: int) -> None:
+    """The cost model learns ``took`` (handler times of ``spec``'s events), and the metrics
+    count them, with ``stamp`` as their event time (one event's timestamp among them)."""
+    engine.cost.learn(spec.topic, len(took), sum(took))
+    engine.metrics.processed(spec.topic, took, stamp)
 
 
 def _finish(table: LaneTable, direct: list[Event], runs: list[DirectRun], done: int) -> None:

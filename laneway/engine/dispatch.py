@@ -1,5 +1,5 @@
 """The processor's dispatch: scheduled lanes to their pools, in chunks, or run inline on the
-submitting thread; lanes parked on the timer (a delay, a retry's backoff) and made ready again.
+submitting thread; lanes parked (a delay, a retry's backoff) and made ready again.
 
 A mixin of :class:`~laneway.engine.processor.Processor` (the attributes below are the
 processor's), with :class:`~laneway.engine.failures.FailurePaths` under it.
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 from laneway.engine import cost as _cost
 from laneway.engine.aio import AsyncPool
 from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_lanes
 from laneway.engine.failures import FailurePaths
-from laneway.engine.inbox import Inbox
+from laneway.engine.inbox import DueLanes, Inbox
 from laneway.engine.lanes import Head, Lane
 from laneway.engine.sampled import Sampled
 from laneway.engine.timer import Timer
@@ -35,6 +36,7 @@ class Dispatching(FailurePaths):
     cost: CostModel
     _direct_ok: frozenset[str]
     _inbox: Inbox
+    _due: DueLanes
     _pool: ThreadPool
     _apool: AsyncPool | None
     _timer: Timer
@@ -139,17 +141,40 @@ class Dispatching(FailurePaths):
         self._park_all(due, [lane])
 
     def _park_all(self, due: float, lanes: list[Lane]) -> None:
-        """Make ``lanes`` ready at ``due`` (one timer entry for all of them)."""
+        """Make ``lanes`` ready at ``due``. A cheap plain handler's, while a consumer submits,
+        wait in :attr:`_due` for its next submit at or after ``due``
+        (:class:`~laneway.engine.inbox.DueLanes`); any other's take one timer entry for all."""
         with self._park_lock:  # parks come from any thread, fires from the timer's
             self._parked += len(lanes)
+        if self._for_submitter(lanes):
+            self._due.park(due, lanes)
+            if self._idle:  # idle() came meanwhile: its hand-over may have missed these
+                self._due.to_timer()
+            return
+        self._timer.schedule(due, partial(self._unparked, lanes))
 
-        def fire() -> None:
+    def _for_submitter(self, lanes: list[Lane]) -> bool:
+        """Whether parked ``lanes`` wait for the submitting thread: every one is a cheap plain
+        handler's, and a consumer submits (as :meth:`to_submitter` tells)."""
+        if self._idle or time.monotonic() - self._submitted_at > SUBMITTING:
+            return False
+        direct, cost = self._direct_ok, self.cost
+        return all(lane.spec.topic in direct and cost.inline_allowed(lane.spec.topic) for lane in lanes)
+
+    def _unparked(self, lanes: list[Lane]) -> None:
+        """Parked lanes whose time came, off the submitting thread (the timer's)."""
+        with self._park_lock:
+            self._parked -= len(lanes)
+        if not self.closed:
+            self._ready_all(lanes)
+
+    def _take_due(self) -> list[Lane]:
+        """The parked lanes due now that wait for the submitting thread (:attr:`_due`)."""
+        lanes = self._due.take()
+        if lanes:
             with self._park_lock:
                 self._parked -= len(lanes)
-            if not self.closed:
-                self._ready_all(lanes)
-
-        self._timer.schedule(due, fire)
+        return lanes
 
     def _ready(self, lane: Lane) -> None:
         self._ready_all([lane])

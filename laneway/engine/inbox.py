@@ -17,18 +17,29 @@ here, and what becomes ready until its next submit, goes to the workers then. On
 nothing for :data:`WAIT` for another reason (a rebalance) does not hold it back either: the
 timer then hands what waits to the workers.
 
-Threads: :meth:`put` from any thread; :meth:`take` from the submitting threads and the timer.
-Both take lanes with atomic ``popleft``, so no lane is taken twice.
+A retry of such a handler, while a consumer submits, waits for its backoff in
+:class:`DueLanes` rather than on the timer: the first submit at or after its due time takes it,
+with no timer fire (the timer thread would take the GIL from the consumer thread at each) and
+no pass through the inbox. The timer takes what no submit took within :data:`WAIT` of its due
+time, and a consumer about to wait for records hands the timer all of it.
+
+Threads: :meth:`Inbox.put` from any thread; :meth:`Inbox.take` from the submitting threads and
+the timer. Both take lanes with atomic ``popleft``, so no lane is taken twice. :class:`DueLanes`
+takes its lock for each change.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import threading
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from laneway.engine.lanes import Lane
 
-__all__ = ["WAIT", "Inbox"]
+__all__ = ["WAIT", "DueLanes", "Inbox"]
 
 #: the longest a lane waits for a submit before the timer hands it to the workers (s)
 WAIT = 0.02
@@ -95,3 +106,78 @@ class Inbox:
             out.append(item[1])
         if out:
             self._to_workers(out)
+
+
+class DueLanes:
+    """Lanes parked until a due time for the submitting thread (see the module's docstring).
+
+    ``schedule(due, fn)`` and ``clock``: the processor's timer; ``ready(lanes)`` makes lanes
+    ready off the submitting thread (it is called with the lanes the timer takes).
+    """
+
+    __slots__ = ("_armed", "_clock", "_heap", "_lock", "_ready", "_schedule", "_seq", "wait")
+
+    def __init__(
+        self,
+        schedule: Callable[[float, Callable[[], None]], None],
+        clock: Callable[[], float],
+        ready: Callable[[list[Lane]], None],
+        wait: float = WAIT,
+    ) -> None:
+        self._schedule, self._clock, self._ready = schedule, clock, ready
+        self._heap: list[tuple[float, int, list[Lane]]] = []  # (due, order, lanes)
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._armed = False  # a sweep is scheduled
+        self.wait = wait
+
+    def __len__(self) -> int:
+        """Parked groups of lanes (not lanes)."""
+        return len(self._heap)
+
+    def park(self, due: float, lanes: list[Lane]) -> None:
+        """Keep ``lanes`` until ``due``: the first :meth:`take` at or after it returns them, or
+        the timer's sweep makes them ready :attr:`wait` after it."""
+        with self._lock:
+            heapq.heappush(self._heap, (due, next(self._seq), lanes))
+            arm, self._armed = not self._armed, True
+        if arm:
+            self._schedule(due + self.wait, self._sweep)
+
+    def take(self) -> list[Lane]:
+        """The lanes due now, in due order (none without a look at the lock when none is)."""
+        heap = self._heap
+        now = self._clock()
+        try:
+            if heap[0][0] > now:
+                return []
+        except IndexError:  # empty, or emptied by another thread meanwhile
+            return []
+        out: list[Lane] = []
+        with self._lock:
+            while heap and heap[0][0] <= now:
+                out.extend(heapq.heappop(heap)[2])
+        return out
+
+    def to_timer(self) -> None:
+        """Hand every lane parked here to the timer, each group at its due time."""
+        with self._lock:
+            parked = self._heap[:]
+            self._heap.clear()
+        for due, _, lanes in parked:
+            self._schedule(due, partial(self._ready, lanes))
+
+    def _sweep(self) -> None:
+        """On the timer: make ready what no submit took within :attr:`wait` of its due time,
+        and schedule the next sweep while any lane is parked."""
+        late: list[Lane] = []
+        with self._lock:
+            heap, old = self._heap, self._clock() - self.wait
+            while heap and heap[0][0] <= old:
+                late.extend(heapq.heappop(heap)[2])
+            nxt = heap[0][0] + self.wait if heap else None
+            self._armed = nxt is not None
+        if nxt is not None:
+            self._schedule(nxt, self._sweep)
+        if late:
+            self._ready(late)

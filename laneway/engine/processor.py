@@ -33,7 +33,7 @@ from laneway.engine.dispatch import Dispatching
 from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.failures import letters_log, timeouts_log
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
-from laneway.engine.inbox import Inbox
+from laneway.engine.inbox import DueLanes, Inbox
 from laneway.engine.lanes import LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
@@ -98,6 +98,7 @@ class Processor(Dispatching):
         self._idle = False  # the submitter waits for records (see idle)
         self._park_lock = threading.Lock()
         self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)
+        self._due = DueLanes(self._timer.schedule, clock, self._unparked)
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )
@@ -326,20 +327,28 @@ class Processor(Dispatching):
         backlog): what waits in the inbox for it goes to the workers now, and so does what
         becomes ready until its next :meth:`submit`."""
         self._idle = True
+        if self._due:
+            self._due.to_timer()
         if self._inbox:
             self.dispatch_more(self._inbox.take())
 
     def run_waiting(self, owner: object = None) -> None:
         """Run the lanes waiting for a submitting thread (:mod:`~laneway.engine.inbox`) here,
-        up to the inline budget; what it leaves waits for the next call. ``owner``: the
-        submitter whose thread this is (its own partitions' lanes run as direct runs)."""
+        up to the inline budget, retries whose backoff has ended first; what it leaves waits
+        for the next call. ``owner``: the submitter whose thread this is (its own partitions'
+        lanes run as direct runs)."""
+        lanes = self._take_due() if self._due else []
         if self._inbox:
-            self._dispatch(self._inbox.take(), inline=True, keep=True, owner=owner)
+            lanes += self._inbox.take()
+        if lanes:
+            self._dispatch(lanes, inline=True, keep=True, owner=owner)
 
     def wait_for_room(self, max_events: int, max_bytes: int, timeout: float, owner: object = None) -> bool:
         """Wait up to ``timeout`` until at most ``max_events`` events and ``max_bytes`` bytes are
         held; True when they are. Runs what waits for this thread first (:meth:`run_waiting`)."""
         self.run_waiting(owner)
+        if self._due:  # while this thread waits, the timer makes the retries ready
+            self._due.to_timer()
         return self.table.wait_for_room(max_events, max_bytes, timeout, lambda: self.fatal is not None)
 
     def final_positions(

@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from laneway import Retry
+from laneway.engine import dispatch
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
-from laneway.engine.inbox import Inbox
+from laneway.engine.inbox import DueLanes, Inbox
 from laneway.engine.lanes import Lane
 from laneway.engine.processor import Processor
 from tests.unit.test_processor import FakeDeadLetters, wait_for
@@ -94,6 +95,42 @@ def test_lanes_put_from_many_threads_are_each_taken_exactly_once() -> None:
     assert sorted(id(x) for x in everything) == sorted(id(x) for x in lanes)
 
 
+def test_parked_lanes_are_taken_by_a_submit_once_due_or_made_ready_by_the_sweep() -> None:
+    timer = FakeTimer()
+    ready: list[list[Lane]] = []
+    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=0.01)
+    a, b, c, d = lane("a"), lane("b"), lane("c"), lane("d")
+    due.park(0.005, [b])
+    due.park(0.002, [a])
+    assert len(timer.due) == 1  # one sweep armed, at the first park's due time plus the wait
+    assert due.take() == []  # nothing is due yet
+    timer.now = 0.005
+    assert due.take() == [a, b] and due.take() == []  # in due order, each once
+    due.park(0.006, [c])
+    due.park(0.02, [d])
+    timer.advance(0.01)  # the sweep (armed at 0.015): c waited its wait past due, d is not due
+    assert ready == [] and len(due) == 2
+    timer.advance(0.006)  # (0.021) c is late: the sweep makes it ready; d is due, not late
+    assert ready == [[c]] and len(due) == 1
+    timer.advance(0.01)  # (0.031) no submit took d: it goes too, and nothing is armed
+    assert ready == [[c], [d]] and len(due) == 0 and timer.due == []
+
+
+def test_a_submitter_going_idle_hands_every_parked_lane_to_the_timer_at_its_due_time() -> None:
+    timer = FakeTimer()
+    ready: list[list[Lane]] = []
+    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=60.0)
+    a, b = lane("a"), lane("b")
+    due.park(0.003, [a])
+    due.park(0.001, [b])
+    due.to_timer()
+    assert len(due) == 0 and due.take() == []
+    timer.advance(0.002)  # each group at its own due time, not after the sweep's minute
+    assert ready == [[b]]
+    timer.advance(0.002)
+    assert ready == [[b], [a]]
+
+
 @pytest.fixture
 def procs() -> Iterator[list[Processor]]:
     made: list[Processor] = []
@@ -122,6 +159,15 @@ def test_a_cheap_handlers_retry_runs_on_the_submitting_thread_while_submits_come
     proc = Processor({"t": spec}, concurrency=4, dead_letters=FakeDeadLetters())
     procs.append(proc)
     proc._inbox.wait = 5.0  # a loaded test machine may pause between two submits: no flush here
+    proc._due.wait = 5.0  # (nor a sweep)
+    unparked: list[Lane] = []
+    unpark = proc._unparked
+
+    def counted(lanes: list[Lane]) -> None:
+        unparked.extend(lanes)
+        unpark(lanes)
+
+    proc._due._ready = counted
     proc.assign([TP0])
     n = 0
     me = threading.current_thread().name
@@ -141,6 +187,7 @@ def test_a_cheap_handlers_retry_runs_on_the_submitting_thread_while_submits_come
     assert len(retried) > 100
     here = sum(ran_on[(f"k{o % 97}".encode(), o)] == me for o in retried)
     assert here == len(retried)
+    assert unparked == []  # each retry waited for a submit, not for a timer entry
     assert all(seq == sorted(seq) for seq in order.values())
     assert proc.final_positions([TP0]) == {TP0: n}
 
@@ -169,12 +216,13 @@ def test_a_cheap_handlers_retry_goes_to_a_worker_when_no_submit_comes(procs: lis
 
 
 def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_once(
-    procs: list[Processor],
+    procs: list[Processor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A consumer that waits for records (a quiet topic, the end of a backlog) says so
     (``idle``): a cheap handler's retry then goes to a worker when its backoff ends, not after
     the inbox's wait on top of it (here a minute, so only that hand-off can run it in time);
-    what waited in the inbox goes at once too. Its next submit takes the inbox back."""
+    a retry parked for the next submit goes at its due time too."""
+    monkeypatch.setattr(dispatch, "SUBMITTING", 60.0)  # a loaded machine: still "submitting"
     done = threading.Event()
     ran_on: list[str] = []
 
@@ -189,6 +237,7 @@ def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_o
     proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters())
     procs.append(proc)
     proc._inbox.wait = 60.0
+    proc._due.wait = 60.0  # a retry parked for the submitter: only idle's hand-over runs it in time
     proc.assign([TP0])
     for i in range(5):  # measured cheap: its retries would wait in the inbox
         proc.submit([Event("t", 0, i * 200 + j, f"w{j}".encode(), b"v", size=1) for j in range(200)])
@@ -200,11 +249,13 @@ def test_a_retry_due_while_the_submitter_waits_for_records_goes_to_a_worker_at_o
     # (a worker may still be between its put and its check of the flag: waited for, not read)
     wait_for(lambda: len(proc._inbox) == 0)
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
-    # a lane left in the inbox while submits came goes to the workers once the submitter idles
+    # a retry parked for the next submit goes to the workers once the submitter idles
     proc.submit([Event("t", 0, 1001, b"late", b"v", size=1)])
-    wait_for(lambda: len(proc._inbox) == 1)  # its backoff ended: waiting for a submit
+    assert len(proc._due) == 1
+    time.sleep(0.06)  # its backoff ended: it waits for a submit, which does not come
+    assert len(proc._due) == 1 and proc.final_positions([TP0]) == {TP0: 1001}
     proc.idle()
-    assert len(proc._inbox) == 0
+    assert len(proc._due) == 0
     wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1002})
 
 
@@ -335,3 +386,41 @@ def test_a_lane_made_on_the_workers_comes_back_to_the_submitting_thread_once_mea
     assert ran_on[0] != me
     assert [ran_on[i] for i in range(1, 5)] == [me] * 4  # the slow lane's rest, here
     assert proc.final_positions([TP0]) == {TP0: n}
+
+
+def test_a_retry_parked_as_the_submitter_idles_goes_to_the_timer(
+    procs: list[Processor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread that read the submitter as busy parks a retry for it; if the submitter idles
+    between that read and the park, its ``idle`` handed the parked lanes to the timer before
+    this one came: the parking thread hands it over itself (else it waited for the sweep, here
+    a minute)."""
+    monkeypatch.setattr(dispatch, "SUBMITTING", 60.0)  # a loaded machine: still "submitting"
+    done = threading.Event()
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"flaky" and ev.attempt == 1:
+            raise ConnectionError("flaky")
+        if ev.key == b"flaky":
+            done.set()
+
+    spec = HandlerSpec(topic="t", fn=handle, retry=Retry(max_attempts=3, initial_backoff=0.01, jitter=0))
+    proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters())
+    procs.append(proc)
+    proc.assign([TP0])
+    for i in range(5):  # measured cheap: its retries park for the submitter
+        proc.submit([Event("t", 0, i * 200 + j, f"w{j}".encode(), b"v", size=1) for j in range(200)])
+    wait_for(lambda: proc.cost.inline_allowed("t"))
+
+    class IdlingDue(DueLanes):
+        __slots__ = ()
+
+        def park(self, due: float, lanes: list[Lane]) -> None:
+            proc.idle()  # between the parking thread's read of the flag and its park
+            super().park(due, lanes)
+
+    proc._due = IdlingDue(proc._timer.schedule, proc._clock, proc._unparked, wait=60.0)
+    proc.submit([Event("t", 0, 1000, b"flaky", b"v", size=1)])
+    assert done.wait(10)
+    wait_for(lambda: proc.final_positions([TP0]) == {TP0: 1001})
+    assert len(proc._due) == 0 and proc.gauges()["parked"] == 0

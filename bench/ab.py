@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                     verdict = "ok" if ok else "FAIL " + str(r.get("error"))[-300:]
                     if "spans" in r:
                         verdict += f"  spans {r['spans']:,}"
+                    if r.get("thread_cpu") and r.get("count"):  # LANEWAY_BENCH_THREAD_CPU=1
+                        per = {k: v / r["count"] * 1e6 for k, v in r["thread_cpu"].items() if v > 0}
+                        verdict += "  µs/record by thread: " + ", ".join(
+                            f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])
+                        )
                     print(
                         f"run {rep} {name:<12} {rate:>10,.0f} rec/s  {cpu_us:6.2f} µs CPU/record  "
                         f"load {os.getloadavg()[0]:.1f}  {verdict}",

@@ -80,6 +80,7 @@ def launch(app: App, server: HealthServer | None) -> None:
             exactly_once=replica(s.exactly_once, i),
             metrics=app.metrics,
             name=f"laneway-consumer-{i}",
+            log_name=f"laneway-consumer-{i}" if s.consumers > 1 else None,
             on_fatal=app._on_fatal,
             producer_config=app._producer_config(),
         )

@@ -43,6 +43,8 @@ class RebalanceCallbacks:
     _revoke_timeout: float
     _incremental: bool
     _paused: bool
+    #: what the lines below start with: "" for an app's one consumer, else its name and a colon
+    _who: str = ""
     lost_group: bool
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -58,14 +60,15 @@ class RebalanceCallbacks:
                 for p, tp in zip(parts, tps, strict=True)
             ]
             logger.info(
-                "assigned with %d finished offset(s) past the committed positions to skip",
+                "%sassigned with %d finished offset(s) past the committed positions to skip",
+                self._who,
                 sum(len(f) for _, f in read.values()),
             )
         self._processor.assign(tps, owner=self, finished={tp: f for tp, (_, f) in read.items()})
         self._assigned.update(tps)
         self.lost_group = False
         self._metrics.rebalance("assign", len(parts))
-        logger.info("assigned %s", sorted(tps))
+        logger.info("%sassigned %s", self._who, sorted(tps))
         if not parts:
             return
         # Assign explicitly, then set the pause state: librdkafka keeps a partition's pause flag
@@ -96,15 +99,16 @@ class RebalanceCallbacks:
         self._metrics.rebalance("revoke", len(parts))
         positions = {tp: pos for tp, (pos, _) in commits.items()}
         if not positions:
-            logger.info("revoked %s, nothing to commit", sorted(tps))
+            logger.info("%srevoked %s, nothing to commit", self._who, sorted(tps))
         elif refused is not None:
             logger.info(
-                "revoked %s, nothing committed (%s); the next owner starts from the last commit",
+                "%srevoked %s, nothing committed (%s); the next owner starts from the last commit",
+                self._who,
                 sorted(tps),
                 refused,
             )
         else:
-            logger.info("revoked %s, committed %s", sorted(tps), positions)
+            logger.info("%srevoked %s, committed %s", self._who, sorted(tps), positions)
 
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
@@ -117,5 +121,7 @@ class RebalanceCallbacks:
         self.lost_group = True
         self._metrics.rebalance("lost", len(parts))
         logger.warning(
-            "lost %s (session timeout or fencing); their work will be redone elsewhere", sorted(tps)
+            "%slost %s (session timeout or fencing); their work will be redone elsewhere",
+            self._who,
+            sorted(tps),
         )

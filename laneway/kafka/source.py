@@ -84,6 +84,7 @@ class KafkaSource(RebalanceCallbacks):
         batch_size: int = 1000,
         metrics: SourceMetrics | None = None,
         name: str = "laneway-consumer",
+        log_name: str | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         producer_config: dict[str, Any] | None = None,
     ) -> None:
@@ -152,6 +153,8 @@ class KafkaSource(RebalanceCallbacks):
         self.lost_group = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        #: what its rebalance lines start with: an app with several consumers names each one
+        self._who = f"{log_name}: " if log_name else ""
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -37,8 +37,12 @@ class _Consumer:
     def resume(self, parts: Any) -> None: ...
 
 
-def _revoke(caplog: pytest.LogCaptureFixture, commits: dict[Any, Any], failed: BaseException | None) -> str:
+def _revoke(
+    caplog: pytest.LogCaptureFixture, commits: dict[Any, Any], failed: BaseException | None, who: str = ""
+) -> str:
     cb = RebalanceCallbacks()
+    if who:
+        cb._who = who
     cb._processor = _Processor(commits)  # type: ignore[assignment]
     cb._committer = _Committer(failed)  # type: ignore[assignment]
     cb._metrics = SourceMetrics()
@@ -48,7 +52,7 @@ def _revoke(caplog: pytest.LogCaptureFixture, commits: dict[Any, Any], failed: B
     with caplog.at_level(logging.INFO, logger="laneway.kafka.source"):
         cb._on_revoke(_Consumer(), [TopicPartition("t", 0)])  # type: ignore[arg-type]
     assert cb._assigned == set()
-    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("revoked")]
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"{who}revoked")]
     return line
 
 
@@ -66,3 +70,10 @@ def test_a_refused_commit_is_not_logged_as_committed(caplog: pytest.LogCaptureFi
 
 def test_nothing_to_commit_says_so(caplog: pytest.LogCaptureFixture) -> None:
     assert _revoke(caplog, {}, None) == "revoked [('t', 0)], nothing to commit"
+
+
+def test_with_several_consumers_the_line_names_the_one_whose_partitions_moved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    line = _revoke(caplog, {("t", 0): (2, None)}, None, who="laneway-consumer-1: ")
+    assert line == "laneway-consumer-1: revoked [('t', 0)], committed {('t', 0): 2}"

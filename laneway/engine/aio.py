@@ -301,7 +301,7 @@ class AsyncPool:
         finally:
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
-        # never blocks: a retry parks its lane on the timer, a dead letter is sent in the
+        # never blocks: a retry parks its lane for its backoff, a dead letter is sent in the
         # background and finishes its event from the sink's thread
         run.carry_out(safe=True)
         return engine.continue_(more) if more else more

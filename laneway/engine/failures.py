@@ -2,7 +2,7 @@
 
 :func:`~laneway.engine.outcomes.decide` says which; :class:`FailurePaths` carries it out for
 the :class:`~laneway.engine.processor.Processor`, which it is a part of (a mixin: the
-attributes below are the processor's). None of it blocks: a retry parks its lane on the timer,
+attributes below are the processor's). None of it blocks: a retry parks its lane for its backoff,
 and a dead letter is sent in the background, its event unfinished until acknowledged.
 
 Threads: called by whichever thread ran the attempt (a worker, the loop, a submitter), and by
@@ -87,7 +87,7 @@ class FailurePaths:
 
     def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
         """Carry out an attempt's outcome: finish it, or retry, dead-letter or halt. Never
-        blocks: a retry parks the lane on the timer (its thread goes on with other lanes), and
+        blocks: a retry parks the lane for its backoff (its thread goes on with other lanes), and
         a dead letter is sent in the background (:meth:`_dead_letter`)."""
         if err is None:
             more = self.table.finish([(lane, ev, state)])
@@ -108,7 +108,7 @@ class FailurePaths:
         """:meth:`after` for each failed head of a run, emptying ``failed`` as it goes (a
         caller's frame that still listed a failure would keep it, and through its traceback the
         handler's frame and its batch, for the cyclic collector). Their retries release their
-        heads under one lock and park on the timer together (:meth:`_retry`). ``safe``: an
+        heads under one lock and park together (:meth:`_retry`). ``safe``: an
         error of the engine's own halts instead of raising (:meth:`after_safe`)."""
         retries: list[tuple[float, Lane, PartitionState]] = []
         try:
@@ -159,9 +159,10 @@ class FailurePaths:
 
     def _retry(self, retries: list[tuple[float, Lane, PartitionState]]) -> None:
         """Park the lanes of failed heads (backoff, lane, state) for their backoffs, their heads
-        no longer running. Those due within :data:`RETRY_GROUP` of each other share one timer
-        entry, at the latest of their due times: a retry waits its backoff and at most that
-        much more, and a burst of failures wakes the timer once, not once each."""
+        no longer running. Those due within :data:`RETRY_GROUP` of each other park together
+        (one timer entry, or one group of the due lanes), at the latest of their due times: a
+        retry waits its backoff and at most that much more, and a burst of failures wakes the
+        timer once, not once each."""
         self.table.release([state for _, _, state in retries])
         now = self._clock()
         if len(retries) == 1:

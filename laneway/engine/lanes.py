@@ -2,7 +2,7 @@
 
 A lane is a FIFO of events that must run one at a time (same key, or same partition, or a
 single event in ``unordered`` mode). A lane is *scheduled* while it sits in a ready queue,
-runs, or waits on the timer; only then can it run, so a lane never runs two events at once.
+runs, or waits for its due time; only then can it run, so a lane never runs two events at once.
 After each event a non-empty lane goes to the back of the ready queue, so a hot lane with a
 deep queue gets one turn in line like any other.
 

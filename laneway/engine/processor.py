@@ -5,7 +5,7 @@ It is the facade over the engine's parts (see docs/internals.md):
 * :mod:`~laneway.engine.partitions`: the commit side (partition states, the ledger);
 * :mod:`~laneway.engine.lanes`: the lane table and the lock that guards it;
 * :mod:`~laneway.engine.direct`: cheap handlers run on the submitting thread;
-* :mod:`~laneway.engine.dispatch`: lanes to their pools, inline, or parked on the timer;
+* :mod:`~laneway.engine.dispatch`: lanes to their pools, inline, or parked (the timer, the due lanes);
 * :mod:`~laneway.engine.cost`: the cost model that sizes chunks and pools;
 * :mod:`~laneway.engine.workers` and :mod:`~laneway.engine.aio`: the thread pool and the asyncio pool;
 * :mod:`~laneway.engine.outcomes`: retry, dead letter or halt after a failure.

@@ -128,7 +128,7 @@ class DueLanes:
         self._heap: list[tuple[float, int, list[Lane]]] = []  # (due, order, lanes)
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._armed = False  # a sweep is scheduled
+        self._armed: float | None = None  # when the next sweep is due, if one is scheduled
         self.wait = wait
 
     def __len__(self) -> int:
@@ -138,11 +138,15 @@ class DueLanes:
     def park(self, due: float, lanes: list[Lane]) -> None:
         """Keep ``lanes`` until ``due``: the first :meth:`take` at or after it returns them, or
         the timer's sweep makes them ready :attr:`wait` after it."""
+        at = due + self.wait
         with self._lock:
             heapq.heappush(self._heap, (due, next(self._seq), lanes))
-            arm, self._armed = not self._armed, True
+            # a retry may be due before those parked earlier (a shorter backoff): its own sweep
+            arm = self._armed is None or at < self._armed
+            if arm:
+                self._armed = at
         if arm:
-            self._schedule(due + self.wait, self._sweep)
+            self._schedule(at, partial(self._sweep, at))
 
     def take(self) -> list[Lane]:
         """The lanes due now, in due order (none without a look at the lock when none is)."""
@@ -167,17 +171,19 @@ class DueLanes:
         for due, _, lanes in parked:
             self._schedule(due, partial(self._ready, lanes))
 
-    def _sweep(self) -> None:
-        """On the timer: make ready what no submit took within :attr:`wait` of its due time,
-        and schedule the next sweep while any lane is parked."""
+    def _sweep(self, at: float) -> None:
+        """On the timer: make ready what no submit took within :attr:`wait` of its due time;
+        the sweep last armed (due ``at``) schedules the next one while any lane is parked (an
+        earlier one, overtaken by a sooner due time, only sweeps)."""
         late: list[Lane] = []
+        nxt: float | None = None
         with self._lock:
             heap, old = self._heap, self._clock() - self.wait
             while heap and heap[0][0] <= old:
                 late.extend(heapq.heappop(heap)[2])
-            nxt = heap[0][0] + self.wait if heap else None
-            self._armed = nxt is not None
+            if at == self._armed:
+                nxt = self._armed = heap[0][0] + self.wait if heap else None
         if nxt is not None:
-            self._schedule(nxt, self._sweep)
+            self._schedule(nxt, partial(self._sweep, nxt))
         if late:
             self._ready(late)

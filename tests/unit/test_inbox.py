@@ -102,18 +102,35 @@ def test_parked_lanes_are_taken_by_a_submit_once_due_or_made_ready_by_the_sweep(
     a, b, c, d = lane("a"), lane("b"), lane("c"), lane("d")
     due.park(0.005, [b])
     due.park(0.002, [a])
-    assert len(timer.due) == 1  # one sweep armed, at the first park's due time plus the wait
+    assert len(timer.due) == 2  # a sweep at each one's due time plus the wait: the second is sooner
     assert due.take() == []  # nothing is due yet
     timer.now = 0.005
     assert due.take() == [a, b] and due.take() == []  # in due order, each once
     due.park(0.006, [c])
     due.park(0.02, [d])
-    timer.advance(0.01)  # the sweep (armed at 0.015): c waited its wait past due, d is not due
+    timer.advance(0.01)  # (0.015) the sweeps of 0.012 and 0.015: c is due, not late; d is not due
     assert ready == [] and len(due) == 2
     timer.advance(0.006)  # (0.021) c is late: the sweep makes it ready; d is due, not late
     assert ready == [[c]] and len(due) == 1
     timer.advance(0.01)  # (0.031) no submit took d: it goes too, and nothing is armed
     assert ready == [[c], [d]] and len(due) == 0 and timer.due == []
+
+
+def test_a_lane_due_before_those_parked_earlier_is_swept_at_its_own_due_time() -> None:
+    """A shorter backoff parked after a longer one: the sweep comes at its due time plus the
+    wait, not at the longer one's; the sweeps stay one chain (one scheduled at a time after)."""
+    timer = FakeTimer()
+    ready: list[list[Lane]] = []
+    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=0.01)
+    slow, fast = lane("slow"), lane("fast")
+    due.park(0.1, [slow])
+    due.park(0.005, [fast])
+    assert len(timer.due) == 2
+    timer.advance(0.016)  # the fast one's sweep
+    assert ready == [[fast]]
+    assert len(timer.due) == 2  # the slow one's first sweep, and the chain's next (the same time)
+    timer.advance(0.1)
+    assert ready == [[fast], [slow]] and len(due) == 0 and timer.due == []
 
 
 def test_a_submitter_going_idle_hands_every_parked_lane_to_the_timer_at_its_due_time() -> None:

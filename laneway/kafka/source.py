@@ -11,8 +11,9 @@ default, manual commits) and runs a loop of five named steps:
 3. fetch (:meth:`KafkaSource._fetch`): pause or resume all the partitions and fetch at most
    the room left (:func:`laneway.engine.flow.plan`); ``submit`` the records as events; polling
    goes on while paused, so the group membership stays alive;
-4. commit if due (every ``commit_interval``): the safe positions, each with the finished
-   offsets beyond it as metadata; a partition near the metadata limit pauses until its gap closes;
+4. commit if due (every ``commit_interval``, :mod:`~laneway.kafka.periodic_commits`): the safe
+   positions, each with the finished offsets beyond it as metadata; a partition near the metadata
+   limit pauses until its gap closes;
 5. report the lag if due (every 5 s).
 
 On assign, the group's commit metadata is read back: offsets finished before the partition
@@ -48,6 +49,7 @@ from laneway.kafka.commit_metadata import metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
 from laneway.kafka.logs import librdkafka_logger
+from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
 from laneway.kafka.starving import StarvationWatch
@@ -64,7 +66,7 @@ _PAUSED_POLL = 0.005
 _ROOM_WAIT = 0.1
 
 
-class KafkaSource(RebalanceCallbacks):
+class KafkaSource(RebalanceCallbacks, PeriodicCommits):
     """One consumer thread feeding a shared :class:`Processor`.
 
     It receives the app's frozen settings: ``backpressure``, ``timeouts`` (``commit_interval``,
@@ -383,36 +385,6 @@ class KafkaSource(RebalanceCallbacks):
             if msgs:
                 self._handle_batch(msgs, max_accept=flow.accept)
 
-    def _commit_due(self) -> None:
-        """The periodic commit: past transaction markers, of every position after a failure;
-        then hold the partitions whose metadata nears its limit."""
-        self._skip_unseen()
-        processor, limit = self._processor, self._metadata_limit
-        if self._committer.take_recommit():  # an asynchronous commit failed: send every position again
-            commits = processor.final_commits(self._assigned, owner=self, max_metadata=limit)
-        else:
-            commits = processor.commits(owner=self, max_metadata=limit)
-        self._committer.commit(commits, asynchronous=True)
-        self._hold_near_limit()
-
-    def _hold_near_limit(self) -> None:
-        """Pause the partitions whose commit metadata passed 3/4 of its limit, and resume those
-        no longer near it: records fetched past a partition's gap would only widen it. They are
-        paused again on every commit (a backpressure resume resumes every partition); while
-        backpressure pauses everything, its resume releases them."""
-        near = self._processor.near_metadata_limit(owner=self)
-        if not near and not self._held:
-            return
-        consumer = self._consumer
-        if near:
-            consumer.pause([TopicPartition(t, p) for t, p in near])
-        released = self._held - near - self._held_back  # not one held back at its share
-        if released and not self._paused:
-            consumer.resume([TopicPartition(t, p) for t, p in released])
-        if near - self._held:
-            logger.info("paused %s: their commit metadata nears its limit", sorted(near - self._held))
-        self._held = near
-
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:
             msgs = within_cap(self._consumer, msgs, self._assigned, max_accept)
@@ -461,26 +433,6 @@ class KafkaSource(RebalanceCallbacks):
         self._metrics.paused(self._thread.name, len(held_back))
 
     # ------------------------------------------------------------------ commits and lag
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """The client's callback for an asynchronous commit (served by poll)."""
-        self._committer.on_commit(err, partitions)
-
-    def _skip_unseen(self) -> None:
-        """Give the processor the client's positions: a partition whose last entries are
-        transaction markers is then committed past them (:meth:`Processor.skip_unseen`). Every
-        record the client returned was submitted (or the client was rewound to it) by now: this
-        runs on the consumer thread, between batches."""
-        if not self._assigned:
-            return
-        try:
-            parts = self._consumer.position([TopicPartition(t, p) for t, p in self._assigned])
-        except KafkaException:
-            return
-        self._processor.skip_unseen(
-            {(p.topic, p.partition): p.offset for p in parts if p.error is None and p.offset >= 0},
-            owner=self,
-        )
 
     def _report_lag(self) -> None:
         """End minus the safe position; a partition not fetched yet from where it starts (LagReport)."""

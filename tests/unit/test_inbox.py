@@ -95,10 +95,15 @@ def test_lanes_put_from_many_threads_are_each_taken_exactly_once() -> None:
     assert sorted(id(x) for x in everything) == sorted(id(x) for x in lanes)
 
 
-def test_parked_lanes_are_taken_by_a_submit_once_due_or_made_ready_by_the_sweep() -> None:
+def due_lanes(wait: float) -> tuple[FakeTimer, list[list[Lane]], DueLanes]:
+    """Due lanes on a fake timer, and the lanes the timer made ready."""
     timer = FakeTimer()
     ready: list[list[Lane]] = []
-    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=0.01)
+    return timer, ready, DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=wait)
+
+
+def test_parked_lanes_are_taken_by_a_submit_once_due_or_made_ready_by_the_sweep() -> None:
+    timer, ready, due = due_lanes(wait=0.01)
     a, b, c, d = lane("a"), lane("b"), lane("c"), lane("d")
     due.park(0.005, [b])
     due.park(0.002, [a])
@@ -119,9 +124,7 @@ def test_parked_lanes_are_taken_by_a_submit_once_due_or_made_ready_by_the_sweep(
 def test_a_lane_due_before_those_parked_earlier_is_swept_at_its_own_due_time() -> None:
     """A shorter backoff parked after a longer one: the sweep comes at its due time plus the
     wait, not at the longer one's; the sweeps stay one chain (one scheduled at a time after)."""
-    timer = FakeTimer()
-    ready: list[list[Lane]] = []
-    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=0.01)
+    timer, ready, due = due_lanes(wait=0.01)
     slow, fast = lane("slow"), lane("fast")
     due.park(0.1, [slow])
     due.park(0.005, [fast])
@@ -134,9 +137,7 @@ def test_a_lane_due_before_those_parked_earlier_is_swept_at_its_own_due_time() -
 
 
 def test_a_submitter_going_idle_hands_every_parked_lane_to_the_timer_at_its_due_time() -> None:
-    timer = FakeTimer()
-    ready: list[list[Lane]] = []
-    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=60.0)
+    timer, ready, due = due_lanes(wait=60.0)
     a, b = lane("a"), lane("b")
     due.park(0.003, [a])
     due.park(0.001, [b])

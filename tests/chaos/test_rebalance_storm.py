@@ -76,6 +76,12 @@ def test_workers_joining_and_leaving_lose_nothing_and_nobody_stalls(
             victim.send_signal(signal.SIGTERM)  # a graceful leave, mid-stream
             leaving.append(victim)
             leaves += 1
+    if len({ln.pid for ln in read_lines(out)}) < 3:
+        # every newcomer may have left before its first assignment (a slow start, then a
+        # random SIGTERM): one more joins and must get partitions, so work moves for sure
+        members.append(join())
+        joins += 1
+        wait_for(lambda: len({ln.pid for ln in read_lines(out)}) >= 3, 90, "a newcomer to get partitions")
     produced = producer.stop()
     ends = end_offsets(kafka_bootstrap, topic, PARTITIONS)
     try:

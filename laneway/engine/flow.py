@@ -115,18 +115,22 @@ def plan(
     paused: bool,
     draining: bool,
     batch_size: int,
+    own_low: bool = False,
 ) -> Flow:
     """This turn's pause, resume and fetch.
 
     ``room`` is the room left under the event cap (0 when the workers did not make room in
     time); ``events`` and ``held_bytes`` what the engine holds; ``paused`` whether the
-    partitions are paused now."""
+    partitions are paused now; ``own_low`` whether this consumer's partitions hold at most
+    ``resume_at`` of their shares of the event cap. A paused consumer resumes at that too: with
+    ``consumers=N``, another consumer that keeps the engine near the cap would otherwise hold its
+    partitions back until that one's whole backlog had run (a review: 0 records in 14 s)."""
     over = room <= 0 or held_bytes >= bp.max_bytes or draining
     pause = over and not paused
     resume = (
         paused
         and not over
-        and events <= bp.max_events * bp.resume_at
+        and (events <= bp.max_events * bp.resume_at or own_low)
         and held_bytes <= bp.max_bytes * bp.resume_at
     )
     if over or (paused and not resume):

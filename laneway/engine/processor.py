@@ -99,6 +99,9 @@ class Processor(Dispatching):
         self._park_lock = threading.Lock()
         self._inbox = Inbox(self._timer.schedule, clock, self.dispatch_more)
         self._due = DueLanes(self._timer.schedule, clock, self._unparked)
+        #: key-ordered topics under fair shares of the event cap, until when (monotonic): the
+        #: consumers' starvation watches share it (laneway.kafka.starving)
+        self.starved_until: dict[str, float] = {}
         self._monitor = Monitor(
             self, [sp.timeout for sp in self._handlers.values() if not sp.is_async and sp.timeout]
         )

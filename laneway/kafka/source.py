@@ -144,6 +144,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits):
             lambda: self._processor.held(self._assigned, owner=self),
             self._waiting,
             lambda: self._lag.last,
+            until=processor.starved_until if processor is not None else None,
         )
         self._headroom: dict[tuple[str, int], int] | None = None
         self._room_min = backpressure.max_events
@@ -360,6 +361,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits):
             paused=self._paused,
             draining=self._draining.is_set(),
             batch_size=self._batch,
+            own_low=self._paused and self._own_low(),
         )
         if flow.pause:
             self._pause()
@@ -384,6 +386,13 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits):
                 msgs = consumer.consume(1, _PAUSED_POLL if self._held_back else 0.1)
             if msgs:
                 self._handle_batch(msgs, max_accept=flow.accept)
+
+    def _own_low(self) -> bool:
+        """Whether this consumer's partitions hold at most ``resume_at`` of their shares of the
+        event cap (of all the app's consumers' partitions): with one consumer, of the cap."""
+        bp, processor = self._bp, self._processor
+        fair = min(bp.max_events, self._share * len(self._assigned))
+        return sum(processor.held(self._assigned, owner=self).values()) <= fair * bp.resume_at
 
     def _handle_batch(self, msgs: list[Message], max_accept: int) -> None:
         if len(msgs) > max_accept:

@@ -12,10 +12,14 @@ get nothing for 45 s, 4 partitions, a 200-event cap, 50 ms calls on 8 workers). 
 watches its key-ordered partitions: one that has records to take and holds under ``resume_at``
 of its share for :data:`STARVE_AFTER` seconds, while the cap is contended, puts its topic under
 the shares (:func:`laneway.engine.flow.intake`) for :data:`KEEP` seconds after the last such
-sight. The watch looks once a :data:`EVERY` seconds, and only while the engine holds more than a
-share's ``resume_at``: nothing is counted per partition on a fast handler's path.
+sight. The consumers of one app share that verdict (``until``): with ``consumers=2``, the
+consumer whose partitions kept the cap full never starved, and so never took shares, while the
+other's partitions waited for its whole backlog (a review: 0 records in 14 s). The watch
+looks once a :data:`EVERY` seconds, and only while the engine holds more than a share's
+``resume_at``: nothing is counted per partition on a fast handler's path.
 
-Threads: the consumer's own (its loop turn); no lock.
+Threads: the consumer's own (its loop turn); ``until`` is shared by the consumers' threads:
+each write is one dict operation, and a read copies its items first.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class StarvationWatch:
         starve_after: float | None = None,
         keep: float | None = None,
         every: float | None = None,
+        until: dict[str, float] | None = None,
     ) -> None:
         self._topics, self._held, self._waiting, self._lags = topics, held, waiting, lags
         self._starve_after = STARVE_AFTER if starve_after is None else starve_after
@@ -59,7 +64,8 @@ class StarvationWatch:
         self._every = EVERY if every is None else every
         self._next = 0.0
         self._since: dict[TopicPartition, float] = {}  # starved since (monotonic)
-        self._until: dict[str, float] = {}  # topic under the shares until
+        #: topic under the shares until (monotonic); shared by the consumers of one processor
+        self._until: dict[str, float] = {} if until is None else until
         self.fair: frozenset[str] = frozenset()
 
     def look(self, now: float, *, contended: bool, low: float) -> frozenset[str]:
@@ -77,6 +83,11 @@ class StarvationWatch:
                     self._until[tp[0]] = now + self._keep
         else:
             self._since = {}
-        self._until = {t: until for t, until in self._until.items() if until > now}
-        self.fair = frozenset(self._until)
+        fair = set()
+        for topic, until in list(self._until.items()):
+            if until > now:
+                fair.add(topic)
+            elif self._until.get(topic, now) <= now:  # another consumer's sight may have renewed it
+                self._until.pop(topic, None)
+        self.fair = frozenset(fair)
         return self.fair

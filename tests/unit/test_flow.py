@@ -132,3 +132,16 @@ def test_the_engine_never_holds_more_than_the_event_cap(
         got = min(returned, 1) if flow.polls_only else min(returned, flow.fetch)
         events += min(got, flow.accept)
         assert events <= bp.max_events
+
+
+def test_a_paused_consumer_whose_partitions_hold_little_resumes_while_others_keep_the_cap_full() -> None:
+    """With ``consumers=2``: the engine holds 900 of 1,000 (another consumer's records), this
+    consumer's partitions hold at most ``resume_at`` of their shares: it resumes for the room
+    there is, instead of waiting for the engine to drain to 500."""
+    assert _plan(paused=True, room=100, events=900).polls_only
+    assert _plan(paused=True, room=100, events=900, own_low=True) == Flow(
+        pause=False, resume=True, fetch=100, accept=100
+    )
+    # no room, or the byte cap: it stays paused all the same
+    assert _plan(paused=True, room=0, events=1000, own_low=True).polls_only
+    assert _plan(paused=True, room=100, events=900, held_bytes=10_000, own_low=True).polls_only

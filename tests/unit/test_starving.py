@@ -64,3 +64,32 @@ def test_a_partition_the_lag_report_puts_at_zero_never_starves() -> None:
     for t in range(0, 6):
         fair = w.look(float(t), contended=True, low=50)
     assert fair == {"b"}  # b/0 has no lag figure yet: it counts; a/1 is at 0: it does not
+
+
+def test_the_consumers_of_one_app_share_the_verdict() -> None:
+    """With ``consumers=2``, the consumer whose partitions keep the cap full never sees a starved
+    partition of its own: it takes the shares once its peer's watch saw one (a review: the
+    peer's partitions got 0 records in 14 s)."""
+    until: dict[str, float] = {}
+    starved_held = {A1: 0}
+    fed_held = {A0: 200}
+
+    def starved(h: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
+        return {tp for tp, n in h.items() if n <= low}
+
+    peer = StarvationWatch(
+        frozenset({"a"}), lambda: starved_held, starved, starve_after=5, keep=30, every=1, until=until
+    )
+    full = StarvationWatch(
+        frozenset({"a"}), lambda: fed_held, starved, starve_after=5, keep=30, every=1, until=until
+    )
+    for t in range(5):
+        assert peer.look(float(t), contended=True, low=50) == frozenset()
+        assert full.look(float(t) + 0.5, contended=True, low=50) == frozenset()
+    assert peer.look(5.0, contended=True, low=50) == {"a"}
+    assert full.look(5.5, contended=True, low=50) == {"a"}  # none of its own starved
+    starved_held[A1] = 80  # fed now: both keep the shares 30 s after the last sight
+    assert full.look(34.0, contended=True, low=50) == {"a"}
+    assert full.look(36.0, contended=True, low=50) == frozenset()
+    assert peer.look(36.5, contended=True, low=50) == frozenset()
+    assert until == {}  # the expired verdict is gone

@@ -128,6 +128,10 @@ class Committer:
         #: after a stop: when a flush gives up waiting (monotonic; None: FLUSH_TIMEOUT only)
         self._flush_until: float | None = None
         self._told = False
+        #: the close's last commit was sent (asynchronously): its answer is the last one
+        self._final = False
+        #: asynchronous commits sent and not answered yet (see :meth:`on_commit`)
+        self.unanswered = 0
 
     def _refused(self, commits: Commits) -> bool:
         """After a failed produce, refuse ``commits`` (logged once; the failure itself is the
@@ -183,18 +187,27 @@ class Committer:
     def start(self) -> None:
         """Ready the producer (a transactional one registers its id)."""
 
-    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
-        """Commit each partition's position, with its metadata (a :class:`Commits`)."""
+    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
+        """Commit each partition's position, with its metadata (a :class:`Commits`). ``final``:
+        the close's last commit, sent asynchronously even after a flush; the consumer's close
+        waits for its answer while it serves the group. A synchronous commit there blocked for
+        good while a cooperative rebalance waited for this consumer's next poll."""
         raise NotImplementedError
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Result of an asynchronous commit (served by poll; the client does not call it for
         synchronous ones). A failed one is retried on the next tick."""
+        self.unanswered = max(0, self.unanswered - 1)
         failed = err is not None or any(p.error is not None for p in partitions)
         self._metrics.commit(not failed)
         for e in (err, *(p.error for p in partitions)):  # a revoked grant stops the app
             raise_if_denied(e, {}, doing="commit the group's offsets")
-        if failed:
+        if failed and self._final:
+            logger.warning(
+                "the final offset commit failed (%s): the records since the last commit run again on restart",
+                err or "partition errors",
+            )
+        elif failed:
             self._recommit = True
             if (
                 err is not None and err.code() in _REBALANCING
@@ -257,7 +270,7 @@ class AtLeastOnceCommitter(Committer):
     """Produce and flush the emitted records, then commit the offsets (without a producer, only
     commit)."""
 
-    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
         if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)
@@ -271,11 +284,13 @@ class AtLeastOnceCommitter(Committer):
                 if self.failed is exc:
                     raise
                 raise self.failed from None
-            asynchronous = False  # the flush already waited; keep the order produce -> commit simple
+            asynchronous = final  # the flush already waited; keep the order produce -> commit simple
         try:
             if asynchronous:
+                self._final = final
                 # counted when the broker answers (on_commit: the client calls it for these only)
                 self._consumer.commit(offsets=offsets, asynchronous=True)
+                self.unanswered += 1
             else:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
                 self._metrics.commit(True)
@@ -343,7 +358,7 @@ class TransactionalCommitter(Committer):
                 raise denied from None
             raise
 
-    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
         if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)

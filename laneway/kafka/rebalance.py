@@ -8,7 +8,8 @@ They run inside ``poll`` on the consumer's thread, as a part of
   before the partition moved are skipped when they come again; the partitions are assigned
   explicitly with the source's pause state;
 * revoked: the processor finishes or drops the partitions' work and their positions (with
-  their metadata) are committed synchronously;
+  their metadata) are committed synchronously (in the close, asynchronously: the close waits
+  for the answer while it serves the group);
 * lost: their work is dropped uncommitted; another consumer redoes it.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -43,6 +45,8 @@ class RebalanceCallbacks:
     _revoke_timeout: float
     _incremental: bool
     _paused: bool
+    #: set when the source stops: a revoke after it comes from the consumer's close
+    _stop: threading.Event
     #: what the lines below start with: "" for an app's one consumer, else its name and a colon
     _who: str = ""
     lost_group: bool
@@ -91,7 +95,10 @@ class RebalanceCallbacks:
             tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
         )
         refused = self._committer.failed  # the committer refuses every commit after a failed produce
-        self._committer.commit(commits, asynchronous=False)
+        # in the close, asynchronously: the close waits for its answer, where a synchronous
+        # commit blocked for good while a cooperative rebalance's second round was pending
+        closing = self._stop.is_set()
+        self._committer.commit(commits, asynchronous=closing, final=closing)
         self._assigned.difference_update(tps)
         self._held.difference_update(tps)
         for t, p in tps:
@@ -108,7 +115,8 @@ class RebalanceCallbacks:
                 refused,
             )
         else:
-            logger.info("%srevoked %s, committed %s", self._who, sorted(tps), positions)
+            done = "commit sent" if closing else "committed"
+            logger.info("%srevoked %s, %s %s", self._who, sorted(tps), done, positions)
 
     def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]

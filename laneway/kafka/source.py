@@ -18,7 +18,10 @@ default, manual commits) and runs a loop of five named steps:
 
 On assign, the group's commit metadata is read back: offsets finished before the partition
 moved are skipped when they come again. On revoke (inside ``poll``) the processor finishes or
-drops the partitions' work and their positions are committed synchronously."""
+drops the partitions' work and their positions are committed synchronously.
+
+The close sends the final commit asynchronously and leaves the group before the client closes
+(:mod:`~laneway.kafka.leaving`)."""
 
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.commit_metadata import metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
+from laneway.kafka.leaving import GroupLeave
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
@@ -66,7 +70,7 @@ _PAUSED_POLL = 0.005
 _ROOM_WAIT = 0.1
 
 
-class KafkaSource(RebalanceCallbacks, PeriodicCommits):
+class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
     """One consumer thread feeding a shared :class:`Processor`.
 
     It receives the app's frozen settings: ``backpressure``, ``timeouts`` (``commit_interval``,
@@ -454,11 +458,14 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits):
             self._skip_unseen()
             self._committer.commit(
                 self._processor.final_commits(self._assigned, owner=self, max_metadata=self._metadata_limit),
-                asynchronous=False,
+                asynchronous=True,
+                final=True,
             )
+            self._await_answers()
         except OutputError as exc:  # its outputs not produced (a shutdown cut the wait): a halt
             self._fail(exc)
         except Exception as exc:  # one line for a refusal (the halt says it), else a traceback
             log_failure("final commit failed", exc, self._access)
+        self._leave()
         quietly(self._consumer.close, "closing the consumer failed", self._access)
         self._committer.close()

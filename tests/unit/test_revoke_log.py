@@ -5,6 +5,7 @@ a commit that never happened."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -19,10 +20,12 @@ class _Committer:
     def __init__(self, failed: BaseException | None) -> None:
         self.failed = failed
         self.committed: list[dict[Any, Any]] = []
+        self.asynchronous: list[bool] = []
 
-    def commit(self, commits: dict[Any, Any], *, asynchronous: bool) -> None:
+    def commit(self, commits: dict[Any, Any], *, asynchronous: bool, final: bool = False) -> None:
         if commits and self.failed is None:
             self.committed.append(commits)
+            self.asynchronous.append(asynchronous)
 
 
 class _Processor:
@@ -38,13 +41,20 @@ class _Consumer:
 
 
 def _revoke(
-    caplog: pytest.LogCaptureFixture, commits: dict[Any, Any], failed: BaseException | None, who: str = ""
+    caplog: pytest.LogCaptureFixture,
+    commits: dict[Any, Any],
+    failed: BaseException | None,
+    who: str = "",
+    closing: bool = False,
 ) -> str:
     cb = RebalanceCallbacks()
+    cb._stop = threading.Event()
+    if closing:
+        cb._stop.set()
     if who:
         cb._who = who
     cb._processor = _Processor(commits)  # type: ignore[assignment]
-    cb._committer = _Committer(failed)  # type: ignore[assignment]
+    cb._committer = committer = _Committer(failed)  # type: ignore[assignment]
     cb._metrics = SourceMetrics()
     cb._assigned, cb._held = {("t", 0)}, set()
     cb._revoke_timeout, cb._metadata_limit = 1.0, 0
@@ -52,12 +62,21 @@ def _revoke(
     with caplog.at_level(logging.INFO, logger="laneway.kafka.source"):
         cb._on_revoke(_Consumer(), [TopicPartition("t", 0)])  # type: ignore[arg-type]
     assert cb._assigned == set()
+    assert committer.asynchronous == ([closing] if commits and failed is None else [])
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"{who}revoked")]
     return line
 
 
 def test_a_commit_made_is_logged_with_its_positions(caplog: pytest.LogCaptureFixture) -> None:
     assert _revoke(caplog, {("t", 0): (2, None)}, None) == "revoked [('t', 0)], committed {('t', 0): 2}"
+
+
+def test_a_revoke_in_the_close_sends_its_commit_asynchronously(caplog: pytest.LogCaptureFixture) -> None:
+    """In the close (the source stopped), a synchronous commit blocked for good while a
+    cooperative rebalance's second round was pending: the close serves the group until its
+    answer instead, and the line says the commit was sent."""
+    line = _revoke(caplog, {("t", 0): (2, None)}, None, closing=True)
+    assert line == "revoked [('t', 0)], commit sent {('t', 0): 2}"
 
 
 def test_a_refused_commit_is_not_logged_as_committed(caplog: pytest.LogCaptureFixture) -> None:

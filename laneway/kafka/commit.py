@@ -128,8 +128,11 @@ class Committer:
         #: after a stop: when a flush gives up waiting (monotonic; None: FLUSH_TIMEOUT only)
         self._flush_until: float | None = None
         self._told = False
-        #: the close's last commit was sent (asynchronously): its answer is the last one
-        self._final = False
+        #: the consumer closes: its commits go asynchronously, and their answers are only noted
+        #: (:attr:`last_refusal`), for the close to say once (laneway.kafka.leaving)
+        self.closing = False
+        #: in the close, the last answer's refusal (None: the last answer was a success)
+        self.last_refusal: str | None = None
         #: asynchronous commits sent and not answered yet (see :meth:`on_commit`)
         self.unanswered = 0
 
@@ -187,11 +190,11 @@ class Committer:
     def start(self) -> None:
         """Ready the producer (a transactional one registers its id)."""
 
-    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
-        """Commit each partition's position, with its metadata (a :class:`Commits`). ``final``:
-        the close's last commit, sent asynchronously even after a flush; the consumer's close
-        waits for its answer while it serves the group. A synchronous commit there blocked for
-        good while a cooperative rebalance waited for this consumer's next poll."""
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
+        """Commit each partition's position, with its metadata (a :class:`Commits`). While
+        :attr:`closing`, asynchronously even after a flush: the close waits for the answer while
+        it serves the group, where a synchronous commit blocked for good while a cooperative
+        rebalance waited for this consumer's next poll."""
         raise NotImplementedError
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
@@ -202,11 +205,8 @@ class Committer:
         self._metrics.commit(not failed)
         for e in (err, *(p.error for p in partitions)):  # a revoked grant stops the app
             raise_if_denied(e, {}, doing="commit the group's offsets")
-        if failed and self._final:
-            logger.warning(
-                "the final offset commit failed (%s): the records since the last commit run again on restart",
-                err or "partition errors",
-            )
+        if self.closing:  # the close says once how its last answer went (a later one may succeed)
+            self.last_refusal = str(err or "partition errors") if failed else None
         elif failed:
             self._recommit = True
             if (
@@ -270,10 +270,11 @@ class AtLeastOnceCommitter(Committer):
     """Produce and flush the emitted records, then commit the offsets (without a producer, only
     commit)."""
 
-    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)
+        asynchronous = asynchronous or self.closing
         positions = {tp: pos for tp, (pos, _) in commits.items()}
         outputs = self._processor.take_outputs(positions) if self._producer is not None else []
         if outputs:
@@ -284,10 +285,11 @@ class AtLeastOnceCommitter(Committer):
                 if self.failed is exc:
                     raise
                 raise self.failed from None
-            asynchronous = final  # the flush already waited; keep the order produce -> commit simple
+            # the flush already waited: keep the order produce -> commit simple (but never a
+            # synchronous commit in the close)
+            asynchronous = self.closing
         try:
             if asynchronous:
-                self._final = final
                 # counted when the broker answers (on_commit: the client calls it for these only)
                 self._consumer.commit(offsets=offsets, asynchronous=True)
                 self.unanswered += 1
@@ -358,7 +360,7 @@ class TransactionalCommitter(Committer):
                 raise denied from None
             raise
 
-    def commit(self, commits: Commits, *, asynchronous: bool, final: bool = False) -> None:
+    def commit(self, commits: Commits, *, asynchronous: bool) -> None:
         if not commits or self._refused(commits):
             return
         offsets = _offsets(commits)

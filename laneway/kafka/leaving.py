@@ -14,6 +14,7 @@ commit. Runs on the consumer's thread, after its loop.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -24,7 +25,10 @@ from laneway.kafka.commit import Committer
 
 __all__ = ["ANSWER_WAIT", "GroupLeave"]
 
-#: at the close, how long the consumer serves the group for its commits' answers (s)
+logger = logging.getLogger("laneway.kafka.source")
+
+#: at the close, how long the consumer serves the group for its commits' answers, the final
+#: commit's and the revoke's together (s): the app's join waits ``Timeouts(revoke)`` plus 10 s
 ANSWER_WAIT = 5.0
 
 
@@ -35,21 +39,41 @@ class GroupLeave:
     _committer: Committer
     _access: dict[str, Any]
 
-    def _await_answers(self, leaving: bool = False) -> None:
+    def _await_answers(self, deadline: float, leaving: bool = False) -> None:
         """Serve the group until the commits sent have their answers (and, ``leaving``, until
-        the revoke of the unsubscribe has run), for up to :data:`ANSWER_WAIT`."""
-        deadline = time.monotonic() + ANSWER_WAIT
+        the revoke of the unsubscribe has run), until ``deadline`` (monotonic) at the latest. A
+        callback's error (an assignment's read of the committed offsets, a refused commit) is
+        logged once; the serving goes on."""
         consumer = self._consumer
+        said = False
         while time.monotonic() < deadline and (
             self._committer.unanswered or (leaving and consumer.assignment())
         ):
-            consumer.poll(0.05)
+            try:
+                consumer.poll(0.05)
+            except Exception as exc:
+                if not said:
+                    log_failure("serving the group at the close failed", exc, self._access)
+                    said = True
 
-    def _leave(self) -> None:
+    def _leave(self, deadline: float) -> None:
         """Leave the group before the client's close: unsubscribe, then serve the group until the
-        revoke has run and its commit has its answer (librdkafka's issue 4527 names this order)."""
+        revoke has run and its commit has its answer (librdkafka's issue 4527 names this order).
+        Then say how the last commit's answer went, if it was a refusal."""
         try:
             self._consumer.unsubscribe()
-            self._await_answers(leaving=True)
         except Exception as exc:
             log_failure("leaving the group failed", exc, self._access)
+        else:
+            self._await_answers(deadline, leaving=True)
+        if (refusal := self._committer.last_refusal) is not None:
+            logger.warning(
+                "the final offset commit failed (%s): the records since the last commit run again on restart",
+                refusal,
+            )
+        elif self._committer.unanswered:
+            logger.warning(
+                "the final offset commit was not answered within %.0fs: the records since the last "
+                "commit may run again on restart",
+                ANSWER_WAIT,
+            )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -45,8 +44,6 @@ class RebalanceCallbacks:
     _revoke_timeout: float
     _incremental: bool
     _paused: bool
-    #: set when the source stops: a revoke after it comes from the consumer's close
-    _stop: threading.Event
     #: what the lines below start with: "" for an app's one consumer, else its name and a colon
     _who: str = ""
     lost_group: bool
@@ -95,10 +92,10 @@ class RebalanceCallbacks:
             tps, self._revoke_timeout, owner=self, max_metadata=self._metadata_limit
         )
         refused = self._committer.failed  # the committer refuses every commit after a failed produce
-        # in the close, asynchronously: the close waits for its answer, where a synchronous
-        # commit blocked for good while a cooperative rebalance's second round was pending
-        closing = self._stop.is_set()
-        self._committer.commit(commits, asynchronous=closing, final=closing)
+        # in the close, asynchronously (the committer's own rule): the close waits for its answer,
+        # where a synchronous commit blocked for good while a cooperative rebalance was pending
+        closing = self._committer.closing
+        self._committer.commit(commits, asynchronous=closing)
         self._assigned.difference_update(tps)
         self._held.difference_update(tps)
         for t, p in tps:

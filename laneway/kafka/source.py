@@ -51,7 +51,7 @@ from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.commit_metadata import metadata_limit
 from laneway.kafka.hooks import SourceMetrics
 from laneway.kafka.lag import LagReport
-from laneway.kafka.leaving import GroupLeave
+from laneway.kafka.leaving import ANSWER_WAIT, GroupLeave
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
@@ -454,18 +454,19 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
     # ------------------------------------------------------------------ shutdown
 
     def _close(self) -> None:
+        self._committer.closing = True  # every commit from here on is asynchronous (leaving.py)
+        deadline = time.monotonic() + ANSWER_WAIT
         try:
             self._skip_unseen()
             self._committer.commit(
                 self._processor.final_commits(self._assigned, owner=self, max_metadata=self._metadata_limit),
                 asynchronous=True,
-                final=True,
             )
-            self._await_answers()
+            self._await_answers(deadline)
         except OutputError as exc:  # its outputs not produced (a shutdown cut the wait): a halt
             self._fail(exc)
         except Exception as exc:  # one line for a refusal (the halt says it), else a traceback
             log_failure("final commit failed", exc, self._access)
-        self._leave()
+        self._leave(deadline)
         quietly(self._consumer.close, "closing the consumer failed", self._access)
         self._committer.close()

@@ -5,7 +5,6 @@ a commit that never happened."""
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import pytest
@@ -21,8 +20,9 @@ class _Committer:
         self.failed = failed
         self.committed: list[dict[Any, Any]] = []
         self.asynchronous: list[bool] = []
+        self.closing = False
 
-    def commit(self, commits: dict[Any, Any], *, asynchronous: bool, final: bool = False) -> None:
+    def commit(self, commits: dict[Any, Any], *, asynchronous: bool) -> None:
         if commits and self.failed is None:
             self.committed.append(commits)
             self.asynchronous.append(asynchronous)
@@ -48,13 +48,11 @@ def _revoke(
     closing: bool = False,
 ) -> str:
     cb = RebalanceCallbacks()
-    cb._stop = threading.Event()
-    if closing:
-        cb._stop.set()
     if who:
         cb._who = who
     cb._processor = _Processor(commits)  # type: ignore[assignment]
     cb._committer = committer = _Committer(failed)  # type: ignore[assignment]
+    committer.closing = closing
     cb._metrics = SourceMetrics()
     cb._assigned, cb._held = {("t", 0)}, set()
     cb._revoke_timeout, cb._metadata_limit = 1.0, 0

@@ -84,16 +84,41 @@ class Ledger:
     def skip_unseen(self, positions: Any, **kw: Any) -> None: ...
 
 
-def test_the_close_serves_the_group_for_its_commits_then_leaves_before_closing() -> None:
+def closing_source(
+    answers: list[KafkaError | None] | None = None,
+) -> tuple[KafkaSource, RebalancingConsumer, AtLeastOnceCommitter]:
+    """A source holding partition 0 of "t", its fake client and its real committer, without the
+    source's constructor; ``answers``: the errors the broker answers with, in order (the last
+    one repeats), instead of each commit's own."""
     source = object.__new__(KafkaSource)
     ledger = Ledger()
     consumer = RebalancingConsumer(source, [("t", 0)])
+    committer = AtLeastOnceCommitter(consumer, ledger, SourceMetrics(), None)  # type: ignore[arg-type]
     source._processor = ledger  # type: ignore[assignment]
     source._consumer = consumer  # type: ignore[assignment]
-    source._committer = AtLeastOnceCommitter(consumer, ledger, SourceMetrics(), None)  # type: ignore[arg-type]
+    source._committer = committer
     source._metrics = SourceMetrics()
     source._assigned, source._held = {("t", 0)}, set()
     source._metadata_limit, source._revoke_timeout, source._access = 4096, 1.0, {}
+    if answers is not None:
+        given, on_commit = list(answers), committer.on_commit
+
+        def answer(err: KafkaError | None, parts: list[TopicPartition]) -> None:
+            on_commit(given.pop(0) if len(given) > 1 else given[0], parts)
+
+        committer.on_commit = answer  # type: ignore[method-assign]
+    return source, consumer, committer
+
+
+def final_lines(caplog: pytest.LogCaptureFixture, source: KafkaSource) -> list[str]:
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="laneway.kafka.source"):
+        source._close()
+    return [r.getMessage() for r in caplog.records if "final offset commit" in r.getMessage()]
+
+
+def test_the_close_serves_the_group_for_its_commits_then_leaves_before_closing() -> None:
+    source, consumer, committer = closing_source()
     source._close()
     # the final commit (7), answered on the second poll; the unsubscribe's revoke commits 9, and
     # the close comes once that one is answered too
@@ -107,7 +132,7 @@ def test_the_close_serves_the_group_for_its_commits_then_leaves_before_closing()
         "poll",
         "close",
     ]
-    assert source._committer.unanswered == 0
+    assert committer.unanswered == 0
     assert source._assigned == set()
 
 
@@ -117,33 +142,10 @@ def test_a_refused_final_commit_is_said_only_when_no_later_answer_succeeded(
     """The final commit refused (a rebalance's new generation), the revoke's commit of the same
     positions accepted a moment later: nothing runs again, and the close says nothing. A review
     saw the warning in 13 of 14 stops during a rebalance, each with 0 records redone."""
-    source = object.__new__(KafkaSource)
-    ledger = Ledger()
-    consumer = RebalancingConsumer(source, [("t", 0)])
-    source._processor = ledger  # type: ignore[assignment]
-    source._consumer = consumer  # type: ignore[assignment]
-    committer = AtLeastOnceCommitter(consumer, ledger, SourceMetrics(), None)  # type: ignore[arg-type]
-    source._committer = committer
-    source._metrics = SourceMetrics()
-    source._assigned, source._held = {("t", 0)}, set()
-    source._metadata_limit, source._revoke_timeout, source._access = 4096, 1.0, {}
     refused = KafkaError(KafkaError.ILLEGAL_GENERATION)
-    answers = iter([refused, None])
-    on_commit = committer.on_commit
-    committer.on_commit = lambda err, parts: on_commit(next(answers), parts)  # type: ignore[method-assign]
-    with caplog.at_level(logging.WARNING, logger="laneway.kafka.source"):
-        source._close()
-    assert not [r for r in caplog.records if "final offset commit" in r.getMessage()]
+    source, _, _ = closing_source([refused, None])
+    assert not final_lines(caplog, source)
     # the same close with the revoke's answer refused too: said once, with the reason
-    source2 = object.__new__(KafkaSource)
-    source2.__dict__.update(source.__dict__)
-    consumer2 = RebalancingConsumer(source2, [("t", 0)])
-    committer2 = AtLeastOnceCommitter(consumer2, ledger, SourceMetrics(), None)  # type: ignore[arg-type]
-    source2._consumer, source2._committer, source2._assigned = consumer2, committer2, {("t", 0)}  # type: ignore[assignment]
-    on_commit2 = committer2.on_commit
-    committer2.on_commit = lambda err, parts: on_commit2(refused, parts)  # type: ignore[method-assign]
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="laneway.kafka.source"):
-        source2._close()
-    said = [r.getMessage() for r in caplog.records if "final offset commit" in r.getMessage()]
+    source, _, _ = closing_source([refused])
+    said = final_lines(caplog, source)
     assert len(said) == 1 and "ILLEGAL_GENERATION" in said[0], said

@@ -31,7 +31,7 @@ DEFAULT_RECORDS = {
     "partitions": 36_000,
     "restart": 60_000,
     "hotkey-conflate": 10_000,
-    "io": 100_000,
+    "io": 400_000,
 }
 PARTITIONS = 12
 KEYS = 12_000  # 1,000 per partition

@@ -233,6 +233,12 @@ class Processor(Dispatching):
             tp: s.tracker.in_process for tp in tps if (s := states.get(tp)) is not None and s.owner is owner
         }
 
+    def taken(self, tps: Iterable[TopicPartition], owner: object = None) -> dict[TopicPartition, int]:
+        """The highest offset each of ``owner``'s partitions among ``tps`` has taken in (-1 for
+        none yet), read without the lock: a partition's progress, for the starvation watch."""
+        states = self._ledger.states
+        return {tp: s.tracker.highest for tp in tps if (s := states.get(tp)) is not None and s.owner is owner}
+
     @property
     def partition_ordered(self) -> frozenset[str]:
         """The topics whose handler runs one lane per partition (``ordering="partition"``)."""

@@ -148,6 +148,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
             lambda: self._processor.held(self._assigned, owner=self),
             self._waiting,
             lambda: self._lag.last,
+            lambda: self._processor.taken(self._assigned, owner=self),
             until=processor.starved_until if processor is not None else None,
         )
         self._headroom: dict[tuple[str, int], int] | None = None

@@ -12,10 +12,12 @@ get nothing for 45 s, 4 partitions, a 200-event cap, 50 ms calls on 8 workers). 
 watches its key-ordered partitions: one that has records to take, holds under ``resume_at`` of
 its share and takes no record for :data:`STARVE_AFTER` seconds, while the cap is contended, puts
 its topic under the shares (:func:`laneway.engine.flow.intake`) for :data:`KEEP` seconds after
-the last such sight. A partition that takes records now and then is taking its turn, however
-little it holds between turns: with a fast handler the turns come every few seconds, and the
-shares' pauses (the client drops what it prefetched) cost the 5 ms I/O case 40% of its rate
-from the 5th second of a backlog on (0.56x of the bare loop against 0.95x).
+the last such sight, if meanwhile another of its partitions took records at every look (it
+keeps the cap) or none of them took any (another consumer keeps it). A partition that takes records
+now and then is taking its turn, however little it holds between turns, and so is one that
+waits while the others take theirs one after another: a fast handler's turns come round every
+few seconds (about 6 s over 12 partitions of small records), and the shares' pauses (the client
+drops what it prefetched) cost the 5 ms I/O case three quarters of its rate from the verdict on.
 
 The consumers of one app share that verdict (``until``): with ``consumers=2``, the consumer
 whose partitions kept the cap full never starved, and so never took shares, while the other's
@@ -29,6 +31,7 @@ each write is one dict operation, and a read copies its items first.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 
 __all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch"]
@@ -73,6 +76,10 @@ class StarvationWatch:
         self._next = 0.0
         #: starved since (monotonic), with the highest offset taken then
         self._since: dict[TopicPartition, tuple[float, int | None]] = {}
+        #: each partition's highest offset taken at the last look
+        self._last: dict[TopicPartition, int] = {}
+        #: the recent looks: when, and the partitions that took records since the look before
+        self._looks: deque[tuple[float, frozenset[TopicPartition]]] = deque()
         #: topic under the shares until (monotonic); shared by the consumers of one processor
         self._until: dict[str, float] = {} if until is None else until
         self.fair: frozenset[str] = frozenset()
@@ -87,6 +94,7 @@ class StarvationWatch:
             lags = self._lags()
             starved = [tp for tp in self._waiting(held, low) if lags.get(tp, 1) > 0]
             taken, before = self._taken(), self._since
+            self._moved(now, taken)
             since: dict[TopicPartition, tuple[float, int | None]] = {}
             for tp in starved:
                 mark, was = taken.get(tp), before.get(tp)
@@ -94,10 +102,11 @@ class StarvationWatch:
                 since[tp] = was if was is not None and was[1] == mark else (now, mark)
             self._since = since
             for tp, (began, _) in since.items():
-                if now - began >= self._starve_after:
+                if now - began >= self._starve_after and self._kept_from(began):
                     self._until[tp[0]] = now + self._keep
         else:
-            self._since = {}
+            self._since, self._last = {}, {}
+            self._looks.clear()
         fair = set()
         for topic, until in list(self._until.items()):
             if until > now:
@@ -106,3 +115,27 @@ class StarvationWatch:
                 self._until.pop(topic, None)
         self.fair = frozenset(fair)
         return self.fair
+
+    def _moved(self, now: float, taken: Mapping[TopicPartition, int]) -> None:
+        """Note the partitions that took records since the last look (:attr:`_looks`, as far
+        back as a starved partition's clock can reach)."""
+        last = self._last
+        moved = frozenset(tp for tp, mark in taken.items() if tp in last and last[tp] != mark)
+        looks = self._looks
+        looks.append((now, moved))
+        while looks and looks[0][0] < now - self._starve_after - 2 * self._every:
+            looks.popleft()
+        self._last = dict(taken)
+
+    def _kept_from(self, began: float) -> bool:
+        """Whether, over the looks since ``began`` (one look's grace), another partition took
+        records at every one, or none took any: the wait is for a partition that keeps
+        the cap, or for another consumer, not a turn in a round."""
+        seen = [moved for at, moved in self._looks if at > began + self._every / 2]
+        if not seen:
+            return True
+        counts: dict[TopicPartition, int] = {}
+        for moved in seen:
+            for tp in moved:
+                counts[tp] = counts.get(tp, 0) + 1
+        return not counts or max(counts.values()) >= len(seen)

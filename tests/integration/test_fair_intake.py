@@ -124,14 +124,15 @@ def test_a_key_ordered_partitions_backlog_does_not_starve_the_others_for_long(
     """Key mode, a slow handler, a small cap: the client hands out the first partition's
     prefetched records first, and with no shares they filled the cap until they ran out, the
     other partitions' records waiting behind them (a review saw two of four partitions get
-    nothing for 45 s). A partition starved past ``STARVE_AFTER`` (here 0.5 s) puts the topic
+    nothing for 45 s). A partition starved past ``STARVE_AFTER`` (here 2 s, looked at every 0.5 s;
+    the first partition takes records at every look meanwhile) puts the topic
     under the shares: every partition has records processed well before the first one's
     backlog of 3,000 is through. Counted: the records processed when the last partition's
     first one ran."""
     from laneway.kafka import starving
 
-    monkeypatch.setattr(starving, "STARVE_AFTER", 0.5)
-    monkeypatch.setattr(starving, "EVERY", 0.1)
+    monkeypatch.setattr(starving, "STARVE_AFTER", 2.0)
+    monkeypatch.setattr(starving, "EVERY", 0.5)
     topic = make_topic(partitions=PARTITIONS)
     _produce(kafka_bootstrap, topic)
     counts = [0] * PARTITIONS

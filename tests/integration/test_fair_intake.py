@@ -8,6 +8,7 @@ partition is sampled every 100 ms, and in most samples all four moved.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -160,3 +161,51 @@ def test_a_key_ordered_partitions_backlog_does_not_starve_the_others_for_long(
         seen = list(counts)
     assert all(seen), seen  # no partition waited for another's backlog to run out
     assert sum(seen) < PER_PARTITION, seen
+
+
+def test_key_ordered_partitions_taking_turns_in_a_round_keep_no_shares(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast handler's backlog of small records on 12 partitions: a partition's fetch holds
+    thousands of them, so the partitions take the cap in turns and each waits seconds for its
+    next one while the others take theirs. That wait is a turn in a round: the topic never goes
+    under the shares (a review: their pauses cut a 5 ms I/O backlog from 46,000 records/s to
+    27,000). Counted: the watch's verdicts (none) and the records processed per offset (each
+    once). ``STARVE_AFTER`` is 2 s here, looked at every 0.25 s; the code before gave a verdict
+    within 3 s."""
+    from laneway.kafka import starving
+
+    monkeypatch.setattr(starving, "STARVE_AFTER", 2.0)
+    monkeypatch.setattr(starving, "EVERY", 0.25)
+    verdicts: list[frozenset[str]] = []
+    look = starving.StarvationWatch.look
+
+    def counted(self: starving.StarvationWatch, now: float, **kwargs: object) -> frozenset[str]:
+        fair = look(self, now, **kwargs)  # type: ignore[arg-type]
+        if fair:
+            verdicts.append(fair)
+        return fair
+
+    monkeypatch.setattr(starving.StarvationWatch, "look", counted)
+    partitions, per = 12, 15_000
+    topic = make_topic(partitions=partitions)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    for i in range(per):
+        for p in range(partitions):
+            producer.produce(topic, key=b"k%d" % (i % 500), value=b"x" * 32, partition=p)
+        if i % 200 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    seen = [bytearray(per) for _ in range(partitions)]
+    done = itertools.count(1)
+    app = App("fair-rounds", bootstrap_servers=kafka_bootstrap, group_id=group_id, concurrency=256)
+
+    @app.handler(topic, on_failure="halt")  # ordering="key", 500 keys per partition
+    async def handle(ev: Event) -> None:
+        await asyncio.sleep(0.005)
+        seen[ev.partition][ev.offset] += 1
+        next(done)
+
+    assert app.run_until(lambda: all(arr.count(1) == per for arr in seen), timeout=180)
+    assert [arr.count(1) for arr in seen] == [per] * partitions  # each record once
+    assert verdicts == []  # no partition starved: the cap went round

@@ -189,7 +189,14 @@ def test_key_ordered_partitions_taking_turns_in_a_round_keep_no_shares(
     monkeypatch.setattr(starving.StarvationWatch, "look", counted)
     partitions, per = 12, 15_000
     topic = make_topic(partitions=partitions)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,  # the whole backlog fits the client's queue
+        }
+    )
     for i in range(per):
         for p in range(partitions):
             producer.produce(topic, key=b"k%d" % (i % 500), value=b"x" * 32, partition=p)

@@ -31,10 +31,13 @@ each write is one dict operation, and a read copies its items first.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 
 __all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch"]
+
+logger = logging.getLogger("laneway.kafka.source")
 
 TopicPartition = tuple[str, int]
 
@@ -103,6 +106,12 @@ class StarvationWatch:
             self._since = since
             for tp, (began, _) in since.items():
                 if now - began >= self._starve_after and self._kept_from(began):
+                    if self._until.get(tp[0], 0.0) <= now:  # said once a verdict, not at each renewal
+                        logger.info(
+                            "%s/%d took no record for %.0fs with records waiting: %s shares the event "
+                            "cap among its partitions until %.0fs after the last such partition",
+                            *(tp[0], tp[1], now - began, tp[0], self._keep),
+                        )
                     self._until[tp[0]] = now + self._keep
         else:
             self._since, self._last = {}, {}
@@ -111,8 +120,13 @@ class StarvationWatch:
         for topic, until in list(self._until.items()):
             if until > now:
                 fair.add(topic)
-            elif self._until.get(topic, now) <= now:  # another consumer's sight may have renewed it
-                self._until.pop(topic, None)
+            # another consumer's sight may have renewed it, or ended it
+            elif self._until.get(topic, now) <= now and self._until.pop(topic, None) is not None:
+                logger.info(
+                    "%s no longer shares the event cap: no partition of it starved in %.0fs",
+                    topic,
+                    self._keep,
+                )
         self.fair = frozenset(fair)
         return self.fair
 

@@ -420,6 +420,18 @@ def kind_mismatch(info: BrokerInfo, *, secure: bool) -> str | None:
     )
 
 
+def port_mismatch(info: BrokerInfo, port: int) -> str | None:
+    """Why a ``laneway broker start --port PORT`` cannot take the running broker ``info`` as its
+    own (it listens on another port), or None: ``port`` 0 (any) or its own."""
+    if not port or info.bootstrap.rsplit(":", 1)[-1] == str(port):
+        return None
+    return (
+        f"a broker already runs at {info.bootstrap} (pid {info.pid}), not on port {port}; "
+        "stop it first (laneway broker stop), or give the second one a cache of its own "
+        "(LANEWAY_CACHE=<folder> laneway broker start ...)"
+    )
+
+
 def stop_recorded(info: BrokerInfo, timeout: float = 20.0) -> bool:
     """Stop a detached broker recorded by ``laneway broker start``; False when it was not running."""
     if not info.alive():

@@ -70,7 +70,7 @@ def broker_start(
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
     if info is not None and info.alive():
-        mismatch = broker_mod.kind_mismatch(info, secure=secure)
+        mismatch = broker_mod.kind_mismatch(info, secure=secure) or broker_mod.port_mismatch(info, port)
         if mismatch:
             raise fail(mismatch)
         _print_started(info)

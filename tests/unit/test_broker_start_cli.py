@@ -89,6 +89,18 @@ def test_a_running_broker_of_the_same_kind_is_reported(state: Path, monkeypatch:
     assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
 
 
+def test_a_running_broker_on_another_port_is_refused(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--port`` asks for a broker on that port: the running one on another port is not it (a
+    review: its address was printed, exit 0, and the port asked for ignored)."""
+    broker_mod.BrokerInfo(pid=1, bootstrap="127.0.0.1:9", data_dir="/d").save(state)
+    monkeypatch.setattr(broker_mod.BrokerInfo, "alive", lambda self: True)
+    code, lines = _start(["--port", "39092"])
+    assert code == 2 and len(lines) == 1, lines
+    assert "runs at 127.0.0.1:9 (pid 1), not on port 39092" in lines[0] and "LANEWAY_CACHE" in lines[0]
+    code, lines = _start(["--port", "9"])  # its own port: the running one is it
+    assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
+
+
 def _left(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
 

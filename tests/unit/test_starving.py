@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from laneway.kafka.starving import StarvationWatch
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
@@ -167,3 +171,22 @@ def test_partitions_taking_turns_one_after_another_never_starve_but_a_hog_makes_
         taken[tps[0]] += 100
         fair = w.look(float(t), contended=True, low=50)
     assert fair == {"a"}
+
+
+def test_a_verdict_and_its_end_are_said_once_each_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """Going under the shares costs a fast handler most of its rate: a user sees it at INFO,
+    once, not at each renewal, and sees it end (a review: it was said at DEBUG only)."""
+    held = {A0: 200, A1: 0}
+    w = watch(held, {A1})
+    with caplog.at_level(logging.INFO, logger="laneway.kafka.source"):
+        for t in range(0, 20):
+            w.look(float(t), contended=True, low=50)
+        held[A1] = 80  # fed: the verdict ends 30 s after its last renewal (19 s)
+        for t in range(20, 52):
+            w.look(float(t), contended=True, low=50)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "a/1 took no record for 5s with records waiting: a shares the event cap among its partitions "
+        "until 30s after the last such partition",
+        "a no longer shares the event cap: no partition of it starved in 30s",
+    ], said

@@ -253,11 +253,11 @@ def test_a_held_back_partition_resumes_while_the_cap_is_not_contended() -> None:
     assert busy.resume == []  # contended: it waits for resume_at of its share as before
 
 
-def test_records_held_behind_retries_do_not_shrink_every_fetch_to_a_batch() -> None:
-    """Key-ordered partitions, none starving: a fetch takes the room the partitions surely have
-    under their shares. Records held in lanes (a retry's key's later records) spread over the
-    partitions leave each most of its share; the total held (450 events) cut every fetch to
-    a batch (833 - 450 < 416), twice the trips to the client."""
+def test_records_held_behind_retries_do_not_shrink_the_fetch() -> None:
+    """Key-ordered partitions, none starving: no partition keeps a share, so a fetch is bounded
+    by the cap's room alone, whatever the partitions hold. Records held in lanes (a retry's key's
+    later records) cut every fetch to the fullest partition's room under its share before: 1,755
+    trips to the client against 1,159 for 960,000 records with 0.5% poison."""
     from laneway.engine.handlers import HandlerSpec
     from laneway.engine.processor import Processor
     from laneway.kafka.source import KafkaSource
@@ -277,11 +277,11 @@ def test_records_held_behind_retries_do_not_shrink_every_fetch_to_a_batch() -> N
             proc._ledger.states[("t", p)].tracker.extend(list(range(40 if p else 10)))  # held, unfinished
         proc.table.events_in_memory = 450
         want = source._share_fairly()
-        assert want == 416  # a batch: half a share (resume_at)
-        assert source._room_min == 833 - 40  # the fullest partition's room under its share
+        assert want == 416  # the least worth a trip: half a share (resume_at)
+        assert source._room_min == 1_000  # a whole batch (the cap's room bounds it in _fetch)
         proc.table.events_in_memory = 30
         source._share_fairly()
-        assert source._room_min == 833 - 30  # the total bounds each: nothing looked at per partition
+        assert source._room_min == 1_000
     finally:
         source._consumer.close()
         proc.close()

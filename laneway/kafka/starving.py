@@ -32,7 +32,7 @@ each write is one dict operation, and a read copies its items first.
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 
 __all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch"]
@@ -77,8 +77,8 @@ class StarvationWatch:
         self._keep = KEEP if keep is None else keep
         self._every = EVERY if every is None else every
         self._next = 0.0
-        #: starved since (monotonic), with the highest offset taken then
-        self._since: dict[TopicPartition, tuple[float, int | None]] = {}
+        #: starved since (monotonic)
+        self._since: dict[TopicPartition, float] = {}
         #: each partition's highest offset taken at the last look
         self._last: dict[TopicPartition, int] = {}
         #: the recent looks: when, and the partitions that took records since the look before
@@ -96,15 +96,10 @@ class StarvationWatch:
             held = {tp: n for tp, n in self._held().items() if tp[0] in self._topics}
             lags = self._lags()
             starved = [tp for tp in self._waiting(held, low) if lags.get(tp, 1) > 0]
-            taken, before = self._taken(), self._since
-            self._moved(now, taken)
-            since: dict[TopicPartition, tuple[float, int | None]] = {}
-            for tp in starved:
-                mark, was = taken.get(tp), before.get(tp)
-                # a record taken since the last look: its turn came, the clock starts over
-                since[tp] = was if was is not None and was[1] == mark else (now, mark)
-            self._since = since
-            for tp, (began, _) in since.items():
+            moved, before = self._moved(now), self._since
+            # a record taken since the last look: its turn came, the clock starts over
+            self._since = {tp: before[tp] if tp in before and tp not in moved else now for tp in starved}
+            for tp, began in self._since.items():
                 if now - began >= self._starve_after and self._kept_from(began):
                     if self._until.get(tp[0], 0.0) <= now:  # said once a verdict, not at each renewal
                         logger.info(
@@ -130,16 +125,17 @@ class StarvationWatch:
         self.fair = frozenset(fair)
         return self.fair
 
-    def _moved(self, now: float, taken: Mapping[TopicPartition, int]) -> None:
-        """Note the partitions that took records since the last look (:attr:`_looks`, as far
-        back as a starved partition's clock can reach)."""
-        last = self._last
+    def _moved(self, now: float) -> frozenset[TopicPartition]:
+        """The partitions that took records since the last look, noted in :attr:`_looks` (as
+        far back as a starved partition's clock can reach)."""
+        taken, last = self._taken(), self._last
         moved = frozenset(tp for tp, mark in taken.items() if tp in last and last[tp] != mark)
         looks = self._looks
         looks.append((now, moved))
         while looks and looks[0][0] < now - self._starve_after - 2 * self._every:
             looks.popleft()
         self._last = dict(taken)
+        return moved
 
     def _kept_from(self, began: float) -> bool:
         """Whether, over the looks since ``began`` (one look's grace), another partition took
@@ -148,8 +144,5 @@ class StarvationWatch:
         seen = [moved for at, moved in self._looks if at > began + self._every / 2]
         if not seen:
             return True
-        counts: dict[TopicPartition, int] = {}
-        for moved in seen:
-            for tp in moved:
-                counts[tp] = counts.get(tp, 0) + 1
+        counts = Counter(tp for moved in seen for tp in moved)
         return not counts or max(counts.values()) >= len(seen)

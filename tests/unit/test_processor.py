@@ -1154,3 +1154,40 @@ def test_two_consumers_keep_each_key_in_order_through_retries() -> None:
         assert succeeded == expected
     finally:
         proc.close()
+
+
+def test_a_retry_that_fails_again_on_the_submitting_thread_keeps_its_lane(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    """A retry run by a submit (its backoff over) runs its lane's head where the lane stands:
+    failing again, the same lane is parked again with its key's later records behind it, not
+    dissolved into a run and made anew at each attempt; the poison record is dead-lettered
+    once after its last attempt, and its key's later records run after it, in order."""
+    seen: list[tuple[int, bool, object]] = []  # per poison attempt: its number, on this thread, its lane
+    after: list[int] = []
+    me = threading.get_ident()
+
+    def handle(ev: Event) -> None:
+        if ev.key == b"p":
+            if ev.offset == 2_000:
+                seen.append((ev.attempt, threading.get_ident() == me, proc.table.lanes.get(("t", b"p"))))
+                raise ValueError("poison")
+            after.append(ev.offset)
+
+    retry = Retry(max_attempts=3, initial_backoff=0.002, max_backoff=0.004)
+    proc, sink = make(HandlerSpec(topic="t", fn=handle, retry=retry), partitions=1)
+    proc.submit([Event("t", 0, i, b"w%d" % (i % 50), b"0") for i in range(2_000)])  # measured cheap
+    proc.submit([Event("t", 0, 2_000, b"p", b"0"), Event("t", 0, 2_001, b"p", b"0")])
+    rest = [Event("t", 0, 2_002 + i, b"p" if i % 10 == 0 else b"f%d" % i, b"0") for i in range(600)]
+    for i in range(0, 600, 10):  # a submit every millisecond: each retry comes due between two
+        proc.submit(rest[i : i + 10])
+        time.sleep(0.001)
+    proc.idle()
+    assert proc.drain(10)
+    assert [attempt for attempt, _, _ in seen] == [1, 2, 3]
+    assert all(here for _, here, _ in seen[1:])  # the retries ran on the submitting thread
+    lanes = [lane for _, _, lane in seen[1:]]
+    assert lanes[0] is not None and lanes[0] is lanes[1]  # one lane through both retries
+    assert [ev.offset for ev, *_ in sink.sent] == [2_000]
+    assert after == [2_001] + [2_002 + i for i in range(0, 600, 10)]
+    assert proc.final_positions() == {("t", 0): 2_602}

@@ -97,6 +97,8 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
                     figures["cpu us/rec"] = r.get("cpu_window_s", 0.0) / r["count"] * 1e6
                 if "broker_cpu_s" in r:
                     figures["broker cpu s"] = r["broker_cpu_s"]
+                for kind, seconds in r.get("thread_cpu", {}).items():  # LANEWAY_BENCH_THREAD_CPU=1
+                    figures[f"{kind} cpu s"] = seconds
                 runs.add(rep, case, name, figures, problem)
     lines = []
     for name in names:

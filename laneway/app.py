@@ -153,6 +153,7 @@ class App:
         self.sources: list[KafkaSource] = []
         self._dead_letters: KafkaDeadLetters | None = None
         self._server: HealthServer | None = None
+        self._gc_tuned = False  # this app's start tuned the collector (running.close restores it)
         self._life = Lifecycle(name)
         self.fatal: BaseException | None = None
 

@@ -15,7 +15,7 @@ from laneway.engine.processor import Processor
 from laneway.errors import ConfigError
 from laneway.kafka.dlq import KafkaDeadLetters
 from laneway.kafka.source import KafkaSource
-from laneway.lifecycle import tune_gc
+from laneway.lifecycle import restore_gc, tune_gc
 from laneway.monitor.joining import JoinWatch
 from laneway.monitor.metrics import HealthServer
 from laneway.settings import replica
@@ -57,6 +57,7 @@ def launch(app: App, server: HealthServer | None) -> None:
         logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
     if s.gc_tuning:
         tune_gc()
+        app._gc_tuned = True
     app._dead_letters = KafkaDeadLetters(app._producer_config())
     app.processor = Processor(
         traced_handlers(app),
@@ -160,3 +161,6 @@ def close(app: App) -> None:
     if app._server is not None:
         app._server.stop()
     app.status.stop()
+    if app._gc_tuned:  # the collector as it was: frozen objects are never finalized, not even at exit
+        app._gc_tuned = False
+        restore_gc()

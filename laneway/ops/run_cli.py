@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -191,14 +192,30 @@ def _import_error(exc: Exception) -> str:
 
 def _where(exc: BaseException) -> str:
     """`` (FILE, line N)``: where in the user's code ``exc`` was raised (the innermost frame
-    outside Laneway and the import machinery), so an error in the app's module is found without
-    a traceback; ``""`` when it was raised by Laneway itself (a bad target, say)."""
+    outside Laneway, the import machinery, the standard library and the installed packages),
+    with the innermost frame's place when the error came from a library the code called
+    (``json.loads``, say), so an error in the app's module is found without a traceback; ``""``
+    when it was raised by Laneway itself (a bad target, say)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sysconfig.get_paths()
+    libraries = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    outside: list[traceback.FrameSummary] = []  # innermost first
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         name = frame.filename
         if name.startswith("<") or os.path.abspath(name).startswith(package + os.sep):
             continue
         if "importlib" in name:
             continue
-        return f" ({name}, line {frame.lineno})"
-    return ""
+        outside.append(frame)
+    if not outside:
+        return ""
+    inner = outside[0]
+    for frame in outside:
+        path = os.path.abspath(frame.filename)
+        if not any(path.startswith(lib) for lib in libraries):
+            if frame is inner:
+                return f" ({frame.filename}, line {frame.lineno})"
+            return (
+                f" ({frame.filename}, line {frame.lineno}; raised in {inner.filename}, line {inner.lineno})"
+            )
+    return f" ({inner.filename}, line {inner.lineno})"

@@ -53,6 +53,22 @@ def test_an_error_in_the_apps_module_names_its_file_and_line(
     assert f"({tmp_path / 'badmodapp.py'}, line 2)" in lines[0], lines
 
 
+def test_an_error_raised_in_a_library_the_module_called_names_the_modules_line_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a review: `(.../json/decoder.py, line 353)`, the standard library's line, not the app's
+    (tmp_path / "badjsonapp.py").write_text('import json\nSETTINGS = json.loads("{bad")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", "badjsonapp:app"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: JSONDecodeError: "), lines
+    assert f"({tmp_path / 'badjsonapp.py'}, line 2; raised in " in lines[0], lines
+    assert lines[0].endswith(")") and "decoder.py, line " in lines[0], lines
+
+
 def test_a_target_that_is_not_an_app_names_its_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "notanapp.py").write_text("app = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))

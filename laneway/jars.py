@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from laneway.errors import LanewayError
+from laneway.errors import ConfigError, LanewayError
 
 __all__ = [
     "DELTA_VERSION",
@@ -63,7 +63,17 @@ SPARK = Bundle("spark-extras", f"{SPARK_VERSION}-delta{DELTA_VERSION}", "spark-p
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("LANEWAY_CACHE", Path.home() / ".cache" / "laneway"))
+    """``$LANEWAY_CACHE``, else ``~/.cache/laneway``: the jars, and the broker's record and
+    logs. Set but empty, it is refused (:class:`~laneway.errors.ConfigError`): taken as the
+    current folder, jars and a broker record went wherever the command ran."""
+    value = os.environ.get("LANEWAY_CACHE")
+    if value is None:
+        return Path.home() / ".cache" / "laneway"
+    if not value.strip():
+        raise ConfigError(
+            "LANEWAY_CACHE", "is set but empty: set it to a folder, or unset it (then ~/.cache/laneway)"
+        )
+    return Path(value)
 
 
 def ensure(bundle: Bundle, *, root: Path | None = None) -> Path:

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from laneway import jars
+from laneway.errors import ConfigError
 from laneway.ops import broker as broker_mod
 from laneway.ops.help_text import reflow_app
 
@@ -214,7 +215,10 @@ def _register_subcommands() -> None:
 
 def main() -> None:
     _register_subcommands()
-    app(prog_name="laneway")
+    try:
+        app(prog_name="laneway")
+    except ConfigError as exc:  # one no command turned into its line: an empty $LANEWAY_CACHE
+        raise SystemExit(fail(str(exc)).exit_code) from None
 
 
 if __name__ == "__main__":

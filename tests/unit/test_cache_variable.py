@@ -20,7 +20,9 @@ def test_an_empty_cache_variable_is_refused(value: str, monkeypatch: pytest.Monk
         jars.cache_dir()
 
 
-def test_the_cache_is_the_variable_or_the_home_folders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_cache_is_the_variable_or_the_home_folders(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("LANEWAY_CACHE", str(tmp_path))
     assert jars.cache_dir() == tmp_path
     monkeypatch.delenv("LANEWAY_CACHE")

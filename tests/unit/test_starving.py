@@ -173,6 +173,32 @@ def test_partitions_taking_turns_one_after_another_never_starve_but_a_hog_makes_
     assert fair == {"a"}
 
 
+def test_a_partition_keeping_the_cap_in_bursts_starves_the_others() -> None:
+    """The consumer pauses at the cap and resumes at half of it, so the partition that keeps the
+    cap takes its records in bursts: at every other look, say, and at the looks between them no
+    partition takes any. The others wait for it all the same (a review: one of two partitions
+    got nothing for 18 s under a slow handler, no verdict), unlike a round of turns, where
+    the looks that saw records taken saw other partitions each time."""
+    held = {A0: 9_000, A1: 0}
+    taken = {A0: 0, A1: 0}
+
+    def starved(h: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
+        return {tp for tp, n in h.items() if n <= low}
+
+    w = StarvationWatch(
+        frozenset({"a"}), lambda: held, starved, taken=lambda: taken, starve_after=5, keep=30, every=1
+    )
+    fair: frozenset[str] = frozenset()
+    verdict = None
+    for t in range(12):
+        if t % 2 == 0:
+            taken[A0] += 5_000  # a burst as the consumer resumes
+        fair = w.look(float(t), contended=True, low=50)
+        if fair and verdict is None:
+            verdict = t
+    assert fair == {"a"} and verdict is not None and verdict <= 7, verdict
+
+
 def test_a_verdict_and_its_end_are_said_once_each_at_info(caplog: pytest.LogCaptureFixture) -> None:
     """Going under the shares costs a fast handler most of its rate: a user sees it at INFO,
     once, not at each renewal, and sees it end (a review: it was said at DEBUG only)."""

@@ -306,11 +306,18 @@ class Processor(Dispatching):
                 while any(s.running for s in revoking):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        logger.warning(
-                            "revoke: %d event(s) still running after %.1fs; their work may be redone",
-                            sum(s.running for s in revoking),
-                            timeout,
-                        )
+                        running = sum(s.running for s in revoking)
+                        if timeout > 0:
+                            logger.warning(
+                                "revoke: %d event(s) still running after %.1fs; their work may be redone",
+                                *(running, timeout),
+                            )
+                        else:  # a stop past the shutdown's drain: nobody waits for them again
+                            logger.warning(
+                                "revoke: %d event(s) still running, not waited for (past the shutdown's "
+                                "drain); their work may be redone",
+                                running,
+                            )
                         break
                     table.changed.wait(left)
             finally:

@@ -83,6 +83,12 @@ def _lag_json(lag: GroupLag) -> dict[str, Any]:
     }
 
 
+def _group_given(group: str) -> None:
+    """An empty group id exits 2 with one line (the broker's raw ``INVALID_GROUP_ID`` before)."""
+    if not group.strip():
+        raise common.fail("GROUP: must not be empty: give a consumer group id")
+
+
 @with_client_config
 @common.tool_errors
 def lag(
@@ -103,6 +109,7 @@ def lag(
 
     Example: laneway lag orders-service --watch --interval 5
     """
+    _group_given(group)
     if interval is not None and not watch:  # it was ignored without a word
         raise common.fail(f"--interval {interval:g} needs --watch (without it, lag prints once)")
     interval = 2.0 if interval is None else interval
@@ -214,6 +221,7 @@ def replay(
 
     Example: laneway replay orders-service --to-time 2026-11-20T10:00 --dry-run
     """
+    _group_given(group)
     chosen = [
         x for x in (to_time is not None, to_earliest, to_latest, bool(to_offset), shift is not None) if x
     ]

@@ -21,7 +21,7 @@ from rich.table import Table
 from laneway.kafka import admin as ka
 from laneway.kafka.health import cluster_health
 from laneway.ops import cli_common as common
-from laneway.ops.bootstrap import Bootstrap, with_client_config
+from laneway.ops.bootstrap import Bootstrap, resolve_bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 from laneway.ops.dlq_cli import dlq_app
 from laneway.ops.groups_cli import lag, replay
@@ -203,7 +203,15 @@ def health(bootstrap: Bootstrap = None, json: Json = False) -> None:
 
     Example: laneway health --json || page-the-on-call
     """
-    address, admin = common.connect(bootstrap)
+    if not json:
+        address, admin = common.connect(bootstrap)
+    else:  # a script reads a document in every case: no broker is a problem in it, and exit 2
+        address = resolve_bootstrap(bootstrap)
+        try:
+            admin = ka.connect(address)
+        except ka.AdminError as exc:
+            common.echo_json({"bootstrap": address, "ok": False, "problems": [str(exc)]})
+            raise common.fail(str(exc)) from exc
     result = cluster_health(admin, address)
     if json:
         common.echo_json({**_as_dict(result), "ok": result.ok, "problems": result.problems})

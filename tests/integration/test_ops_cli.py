@@ -181,6 +181,20 @@ def test_unreachable_broker_fails_fast_with_one_line(args: list[str]) -> None:
     assert f"no Kafka broker answered at {address}" in one_line_error(result)
 
 
+def test_health_json_with_no_broker_is_still_a_document() -> None:
+    """A script reads ``health --json``'s stdout: with no broker it gets a document saying so,
+    beside the one-line error and exit 2 (a review: plain text only)."""
+    address = f"127.0.0.1:{free_port()}"
+    result = invoke(address, "health", "--json")
+    said = f"no Kafka broker answered at {address}"
+    assert said in one_line_error(result)
+    assert orjson.loads(result.stdout) == {
+        "bootstrap": address,
+        "ok": False,
+        "problems": [f"{said} (cannot connect)"],
+    }
+
+
 def test_bootstrap_comes_from_the_environment(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
@@ -228,3 +242,11 @@ def test_parsers() -> None:
     for bad in ("5", "a:b", ":1:2", "0:-1"):
         with pytest.raises(ka.InvalidInputError, match="offset"):
             parse_partition_offsets([bad])
+
+
+@pytest.mark.parametrize("args", [["lag", ""], ["replay", " ", "--to-latest"]])
+def test_an_empty_group_id_is_one_line_and_exit_2(kafka_bootstrap: str, args: list[str]) -> None:
+    # a review: the broker's raw `ConsumerGroupDescribe: INVALID_GROUP_ID`
+    assert one_line_error(invoke(kafka_bootstrap, *args)) == (
+        "error: GROUP: must not be empty: give a consumer group id"
+    )

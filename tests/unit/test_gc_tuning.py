@@ -14,8 +14,10 @@ from laneway.lifecycle import GC_THRESHOLD, restore_gc, tune_gc
 
 
 @pytest.fixture(autouse=True)
-def collector() -> Iterator[None]:
+def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before = gc.get_threshold()
+    monkeypatch.setattr(lifecycle, "_tuned", 0)  # as in a fresh process: no app tuned it yet
+    gc.unfreeze()
     yield
     while lifecycle._tuned:
         restore_gc()

@@ -115,11 +115,9 @@ def run_direct(engine: Engine, direct: list[Event], runs: list[DirectRun]) -> li
 def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[Lane]:
     """Run scheduled lanes' events here as :func:`run_direct` runs a batch's: a retry whose
     backoff has ended and the records queued behind it (its key's later records), which would
-    otherwise take a chunk's turn each. A retry's head runs first, where its lane stands
-    (:func:`_retry_heads`): failing again, the lane is parked again as it is. Then a lane goes
-    whole: it leaves the table, its events count as running, what a failed attempt emitted is
-    discarded, and what a failure or the budget leaves goes into new lanes as in
-    :func:`run_direct`. Only lanes of ``owner``'s
+    otherwise take a chunk's turn each. A lane goes whole: it leaves the table, its events
+    count as running, what a failed attempt emitted is discarded, and what a failure or the
+    budget leaves goes into new lanes as in :func:`run_direct`. Only lanes of ``owner``'s
     partitions go, and the caller holds ``owner``'s submit lock: no lane may appear for such a
     key meanwhile (see the module's docstring). A lane of another owner's partition, or holding
     an event of a revoked partition, is returned as it is, as is each lane when none can go.
@@ -130,7 +128,6 @@ def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[L
     runs: list[DirectRun] = []
     kept: list[Lane] = []
     last: PartitionState | None = None
-    retrying: list[Lane] = []
     with table.lock:
         registered = table.lanes
         going: list[Lane] = []
@@ -141,18 +138,7 @@ def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[L
                     if st.revoked or st.owner is not owner:
                         keep = True
                         break
-            if keep:
-                kept.append(lane)
-            elif lane and lane[0][0].attempt > 1 and engine.fatal is None:
-                lane[0][1].running += 1
-                retrying.append(lane)
-            else:
-                going.append(lane)
-    if retrying:
-        going += _retry_heads(engine, retrying)
-        if not going:
-            return kept
-    with table.lock:
+            (kept if keep else going).append(lane)
         # a partition's lanes in a row make one run, not a run each (a lane's events are of one
         # partition, unless a producer put one key on several)
         going.sort(key=lambda lane: id(lane[0][1]) if lane else 0)
@@ -172,50 +158,6 @@ def run_lanes(engine: Engine, lanes: list[Lane], owner: object = None) -> list[L
     if not direct:
         return kept
     return kept + run_direct(engine, direct, runs)
-
-
-def _retry_heads(engine: Engine, lanes: list[Lane]) -> list[Lane]:
-    """Run the heads of ``lanes`` here, each a retry whose backoff has ended (counted as
-    running by the caller), before the rest of their lanes. A head that fails again goes to its
-    outcome with its lane as it stands: parked again, its key's later records still queued
-    behind it, not dissolved into a run and made anew at each attempt. Those that succeed
-    finish. Returns the lanes with more to run (the records queued behind a success)."""
-    perf = time.perf_counter
-    done: list[_lanes.Head] = []
-    failed: list[Failed] = []
-    took: list[float] = []
-    took_of: HandlerSpec | None = None
-    prev = perf()
-    for lane in lanes:
-        ev, state = lane[0]
-        spec = lane.spec
-        if ev.outputs is not None:
-            ev.outputs = None  # what a failed attempt emitted is discarded
-        try:
-            if (result := spec.fn(ev)) is not None:
-                check_result(result)
-        except BaseException as exc:
-            failed.append((lane, ev, state, exc))
-            prev = perf()
-            continue
-        now = perf()
-        if spec is not took_of:
-            if took_of is not None and took:
-                _learned(engine, took_of, took, ev.timestamp_ms)
-            took, took_of = [], spec
-        took.append(now - prev)
-        prev = now
-        done.append((lane, ev, state))
-    if took_of is not None and took:
-        _learned(engine, took_of, took, done[-1][1].timestamp_ms)
-    more: list[Lane] = []
-    if done:
-        table = engine.table
-        with table.lock:
-            more = table.finish_locked(done)
-    engine.after_failures(failed)
-    del failed  # (see run_direct: the failures' tracebacks hold this frame)
-    return more
 
 
 #: in ``_run_on``'s lists: an event left for its lane (not run)

@@ -35,6 +35,18 @@ def test_a_bad_option_is_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0]
 
 
+def _import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> list[str]:
+    """``laneway run NAME:app`` of a module holding ``source``: its non-blank output lines, after
+    asserting exit 2."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(app, ["run", f"{name}:app"])
+    assert result.exit_code == 2, result.output
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
 def test_an_error_in_the_apps_module_names_its_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -42,13 +54,7 @@ def test_an_error_in_the_apps_module_names_its_file_and_line(
     source = (
         'from laneway import App\nCONCURRENCY = int("ten")\napp = App("x", bootstrap_servers="127.0.0.1:1")\n'
     )
-    (tmp_path / "badmodapp.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    if not any(c.name == "run" for c in app.registered_commands):
-        cli._register_subcommands()
-    result = CliRunner().invoke(app, ["run", "badmodapp:app"])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines = _import(tmp_path, monkeypatch, "badmodapp", source)
     assert len(lines) == 1 and "invalid literal for int()" in lines[0], lines
     assert f"({tmp_path / 'badmodapp.py'}, line 2)" in lines[0], lines
 
@@ -57,26 +63,15 @@ def test_an_error_raised_in_a_library_the_module_called_names_the_modules_line_f
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a review: `(.../json/decoder.py, line 353)`, the standard library's line, not the app's
-    (tmp_path / "badjsonapp.py").write_text('import json\nSETTINGS = json.loads("{bad")\n')
-    monkeypatch.syspath_prepend(str(tmp_path))
-    if not any(c.name == "run" for c in app.registered_commands):
-        cli._register_subcommands()
-    result = CliRunner().invoke(app, ["run", "badjsonapp:app"])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines = _import(tmp_path, monkeypatch, "badjsonapp", 'import json\nSETTINGS = json.loads("{bad")\n')
     assert len(lines) == 1 and lines[0].startswith("error: JSONDecodeError: "), lines
     assert f"({tmp_path / 'badjsonapp.py'}, line 2; raised in " in lines[0], lines
     assert lines[0].endswith(")") and "decoder.py, line " in lines[0], lines
 
 
 def test_a_target_that_is_not_an_app_names_its_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "notanapp.py").write_text("app = 3\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    if not any(c.name == "run" for c in app.registered_commands):
-        cli._register_subcommands()
-    result = CliRunner().invoke(app, ["run", "notanapp:app"])
-    assert result.exit_code == 2, result.output
-    assert result.output.strip() == "error: notanapp:app is of type int, not a laneway.App"  # not "a int"
+    lines = _import(tmp_path, monkeypatch, "notanapp", "app = 3\n")
+    assert lines == ["error: notanapp:app is of type int, not a laneway.App"]  # not "a int"
 
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> list[str]:

@@ -217,7 +217,7 @@ def main() -> None:
     _register_subcommands()
     try:
         app(prog_name="laneway")
-    except ConfigError as exc:  # one no command turned into its line: an empty $LANEWAY_CACHE
+    except ConfigError as exc:  # refused outside any command's own handling (an empty $LANEWAY_CACHE)
         raise SystemExit(fail(str(exc)).exit_code) from None
 
 

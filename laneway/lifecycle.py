@@ -130,10 +130,11 @@ def tune_gc() -> None:
     reference counting frees everything else at once, as before. Process-wide: an app
     that shares its process with code tuned otherwise passes ``gc_tuning=False``.
     """
-    global _tuned, _threshold
+    global _tuned, _threshold, _frozen_before
     with _gc_lock:
         if not _tuned:
             _threshold = gc.get_threshold()
+            _frozen_before = gc.get_freeze_count() > 0
         _tuned += 1
         gc.collect()  # what start-up left as garbage is freed, not frozen
         gc.freeze()
@@ -142,7 +143,9 @@ def tune_gc() -> None:
 
 def restore_gc() -> None:
     """Undo :func:`tune_gc` as the app stops (the last of the process's tuned apps): the
-    frozen objects go back to the collector, and the threshold to what it was.
+    frozen objects go back to the collector, and the threshold to what it was. Objects the
+    process froze itself before the first start stay frozen, with what the start froze
+    (``gc.unfreeze`` cannot tell them apart).
 
     Left frozen, they were never finalized, not even at the interpreter's exit: a module's
     buffered file, written by a handler, lost its last buffer (a review: 695 of 300,000
@@ -153,7 +156,8 @@ def restore_gc() -> None:
             return
         _tuned -= 1
         if not _tuned:
-            gc.unfreeze()
+            if not _frozen_before:  # the process's own freeze (before a fork, say) stays
+                gc.unfreeze()
             gc.set_threshold(*_threshold)
 
 
@@ -161,4 +165,6 @@ def restore_gc() -> None:
 #: before the first of them (:func:`restore_gc`)
 _tuned = 0
 _threshold: tuple[int, int, int] = gc.get_threshold()
+#: whether the process had frozen objects itself before the first tuned start
+_frozen_before = False
 _gc_lock = threading.Lock()

@@ -136,31 +136,33 @@ def health(app: App) -> str | None:
 
 
 def close(app: App) -> None:
-    processor = app.processor
-    for src in app.sources:
-        src.drain()
-    drained = True
-    if processor is not None and app.fatal is None:
-        drained = processor.drain(app.settings.timeouts.shutdown)
-        if not drained:
-            logger.warning(
-                "shutdown: %d event(s) unfinished after %.0fs; they will be redelivered",
-                processor.events_in_memory,
-                app.settings.timeouts.shutdown,
-            )
-    # past the drain's deadline nobody waits for running events again (the consumers' closing
-    # revoke, the workers): the exit comes within timeouts.shutdown plus the final commits
-    for src in app.sources:
-        src.stop(revoke_timeout=None if drained else 0.0)
-    for src in app.sources:
-        src.join(app.settings.timeouts.revoke + 10)
-    if processor is not None:
-        processor.close(timeout=10.0 if drained else 1.0)
-    if app._dead_letters is not None:
-        app._dead_letters.close()
-    if app._server is not None:
-        app._server.stop()
-    app.status.stop()
-    if app._gc_tuned:  # the collector as it was: frozen objects are never finalized, not even at exit
-        app._gc_tuned = False
-        restore_gc()
+    try:
+        processor = app.processor
+        for src in app.sources:
+            src.drain()
+        drained = True
+        if processor is not None and app.fatal is None:
+            drained = processor.drain(app.settings.timeouts.shutdown)
+            if not drained:
+                logger.warning(
+                    "shutdown: %d event(s) unfinished after %.0fs; they will be redelivered",
+                    processor.events_in_memory,
+                    app.settings.timeouts.shutdown,
+                )
+        # past the drain's deadline nobody waits for running events again (the consumers' closing
+        # revoke, the workers): the exit comes within timeouts.shutdown plus the final commits
+        for src in app.sources:
+            src.stop(revoke_timeout=None if drained else 0.0)
+        for src in app.sources:
+            src.join(app.settings.timeouts.revoke + 10)
+        if processor is not None:
+            processor.close(timeout=10.0 if drained else 1.0)
+        if app._dead_letters is not None:
+            app._dead_letters.close()
+        if app._server is not None:
+            app._server.stop()
+        app.status.stop()
+    finally:
+        if app._gc_tuned:  # the collector as it was: frozen objects are never finalized, not even at exit
+            app._gc_tuned = False
+            restore_gc()

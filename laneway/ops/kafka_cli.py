@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from laneway.kafka import admin as ka
+from laneway.kafka.access import KafkaAccessError
 from laneway.kafka.health import cluster_health
 from laneway.ops import cli_common as common
 from laneway.ops.bootstrap import Bootstrap, resolve_bootstrap, with_client_config
@@ -209,7 +210,7 @@ def health(bootstrap: Bootstrap = None, json: Json = False) -> None:
         address = resolve_bootstrap(bootstrap)
         try:
             admin = ka.connect(address)
-        except ka.AdminError as exc:
+        except (ka.AdminError, KafkaAccessError) as exc:  # none answers, or it refuses the client
             common.echo_json({"bootstrap": address, "ok": False, "problems": [str(exc)]})
             raise common.fail(str(exc)) from exc
     result = cluster_health(admin, address)

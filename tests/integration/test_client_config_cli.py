@@ -8,6 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 import typer
 from confluent_kafka import Consumer, TopicPartition
@@ -128,3 +129,23 @@ def test_sasl_ssl_at_a_plaintext_broker_fails_fast_with_one_line(
     assert "security.protocol" in lines[0]
     assert SECRET not in result.output and "Traceback" not in result.output
     assert took < 15, took
+
+
+def test_health_json_says_a_refused_client_in_its_document(
+    kafka_bootstrap: str, nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker that answers but refuses the client (SASL asked of a plaintext listener): `health
+    --json` still prints its document, the refusal as its problem, beside the one line and exit
+    2 (a review: stdout was empty)."""
+    conf = nowhere / "sasl.properties"
+    conf.write_text(
+        f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password={SECRET}\n"
+    )
+    monkeypatch.setenv("LANEWAY_CLIENT_CONFIG", str(conf))
+    result = invoke("health", "--json", "--bootstrap", kafka_bootstrap)
+    assert result.exit_code == 2, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["bootstrap"] == kafka_bootstrap and doc["ok"] is False
+    [problem] = doc["problems"]
+    assert result.stderr.strip() == f"error: {problem}"
+    assert SECRET not in result.output

@@ -17,6 +17,7 @@ from laneway.lifecycle import GC_THRESHOLD, restore_gc, tune_gc
 def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before = gc.get_threshold()
     monkeypatch.setattr(lifecycle, "_tuned", 0)  # as in a fresh process: no app tuned it yet
+    monkeypatch.setattr(lifecycle, "_frozen_before", False)
     gc.unfreeze()
     yield
     while lifecycle._tuned:
@@ -39,3 +40,15 @@ def test_the_last_stop_gives_back_the_frozen_objects_and_the_threshold() -> None
     restore_gc()  # once more: nothing tuned, nothing changes
     assert gc.get_threshold() == (700, 10, 10)
     del kept
+
+
+def test_a_freeze_the_process_made_itself_stays_frozen() -> None:
+    """Code that froze its objects before a fork keeps them frozen when the app stops (a review:
+    the stop unfroze them); the threshold still comes back."""
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    tune_gc()
+    restore_gc()
+    assert gc.get_freeze_count() >= frozen
+    assert gc.get_threshold() != GC_THRESHOLD

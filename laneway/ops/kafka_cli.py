@@ -204,15 +204,13 @@ def health(bootstrap: Bootstrap = None, json: Json = False) -> None:
 
     Example: laneway health --json || page-the-on-call
     """
-    if not json:
-        address, admin = common.connect(bootstrap)
-    else:  # a script reads a document in every case: no broker is a problem in it, and exit 2
-        address = resolve_bootstrap(bootstrap)
-        try:
-            admin = ka.connect(address)
-        except (ka.AdminError, KafkaAccessError) as exc:  # none answers, or it refuses the client
+    address = resolve_bootstrap(bootstrap)
+    try:
+        admin = ka.connect(address)
+    except (ka.AdminError, KafkaAccessError) as exc:  # none answers, or it refuses the client
+        if json:  # a script reads a document in every case; the line and exit 2 follow as ever
             common.echo_json({"bootstrap": address, "ok": False, "problems": [str(exc)]})
-            raise common.fail(str(exc)) from exc
+        raise
     result = cluster_health(admin, address)
     if json:
         common.echo_json({**_as_dict(result), "ok": result.ok, "problems": result.problems})

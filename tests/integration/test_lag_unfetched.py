@@ -54,8 +54,8 @@ def test_every_assigned_partition_has_a_lag_and_the_total_is_end_minus_committed
     def handle(ev: Event) -> None:
         gate.wait(120)  # hold every event: nothing finishes, the cap stays full
 
-    try:
-        with app:
+    with app:
+        try:
             deadline = time.monotonic() + 40  # a report every 5 s
             while time.monotonic() < deadline and len(app.metrics.lags()) < len(SIZES):
                 time.sleep(0.2)
@@ -76,5 +76,5 @@ def test_every_assigned_partition_has_a_lag_and_the_total_is_end_minus_committed
                     app.metrics.registry.get_sample_value("laneway_consumer_lag", labels)
                     == expected[(topic, p)]
                 )
-    finally:
-        gate.set()
+        finally:  # the handlers let go before the app stops: its stop waits for them
+            gate.set()

@@ -20,11 +20,15 @@ TopicFactory = Callable[..., str]
 def read_records(
     bootstrap: str, topic: str, count: int, *, isolation: str = "read_uncommitted", timeout: float = 30.0
 ) -> list[confluent_kafka.Message]:
-    """Read up to ``count`` records of ``topic`` from the beginning.
+    """Read up to ``count`` records of ``topic`` from the beginning, to the end of every partition
+    (or ``timeout``).
 
-    A read_uncommitted reader stops at the end of every partition; a read_committed one
-    waits up to ``timeout`` for ``count`` (transaction markers land a moment after commit).
+    A read_committed reader's end is the partition's high watermark as it was before the read:
+    its end of partition comes at the last stable offset, which stays below the records of a
+    transaction until the transaction's markers land (a moment after its commit), so an end of
+    partition short of that watermark is not the end.
     """
+    committed = isolation == "read_committed"
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -32,11 +36,17 @@ def read_records(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": isolation,
-            "enable.partition.eof": isolation == "read_uncommitted",
+            "enable.partition.eof": True,
         }
     )
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            if committed
+            else 0
+            for p in parts
+        }
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in parts])
         pending = set(parts)
         out: list[confluent_kafka.Message] = []
@@ -48,7 +58,10 @@ def read_records(
             err = msg.error()
             if err is None:
                 out.append(msg)
-            elif err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+            elif (
+                err.code() == confluent_kafka.KafkaError._PARTITION_EOF
+                and (msg.offset() or 0) >= ends[msg.partition()]
+            ):
                 pending.discard(msg.partition())
         return out
     finally:

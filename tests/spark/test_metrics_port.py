@@ -2,11 +2,18 @@
 against the records produced.
 
 The command runs in a subprocess (one SparkContext per process), the way a person runs it; the
-test scrapes ``/metrics`` while it runs, then stops it with SIGTERM.
+test scrapes ``/metrics`` while it runs, then stops it with SIGTERM, the way a service manager
+stops it: exit 0, every batch it started landed whole.
+
+The same run's output has no line of Delta's "Cached source plans must be materialized in
+MERGE ..." WARN, printed for every MERGE into tables with rows unless
+laneway/spark/log4j2.properties keeps it off stderr (a filter on that one message:
+MergeIntoCommand's other warnings still show).
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from laneway.ops.broker import free_port
+from laneway.spark.session import LOG4J2
 from tests.spark.conftest import TEST_JVM_OPTIONS, delete_topic, new_topic
 from tests.spark.entities import MALFORMED, catalog_stream, produce
 
@@ -81,7 +89,12 @@ def test_metrics_port_counts_the_records_produced(
             *("--bootstrap", kafka_bootstrap, "--topic", topic, "--warehouse", str(tmp_path / "warehouse")),
             *("--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "1s", "--progress-group", ""),
             *("--compact-every", "0", "--metrics-port", str(port)),
-            *("--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}"),
+            # the option is replaced whole: Laneway's log configuration named again
+            *(
+                "--conf",
+                f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS} "
+                f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
+            ),
         ]
         with log_path.open("w") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -127,5 +140,18 @@ def test_metrics_port_counts_the_records_produced(
                 proc.kill()
                 proc.wait()
         assert _scrape(port) is None  # the server stopped with the run
+        out = log_path.read_text()
+        assert "Traceback" not in out and "error:" not in out, out[-3000:]
+        # every batch the query started has landed whole (the last one's commit marker may be
+        # missing: the next run applies it again, which changes nothing)
+        checkpoint = tmp_path / "checkpoint"
+        offsets, commits = (
+            len([f for f in (checkpoint / d).iterdir() if f.name.isdigit()]) for d in ("offsets", "commits")
+        )
+        landed = sorted(int(n) for n in re.findall(r"batch (\d+): \d+ records", out))
+        # the second produce's batch MERGEs into tables with rows: Delta's WARN would show there
+        assert landed == list(range(offsets)) and len(landed) >= 2, (offsets, commits, landed, out[-3000:])
+        assert offsets - 1 <= commits <= offsets, (offsets, commits)
+        assert [line for line in out.splitlines() if "Cached source plans" in line] == [], out[-4000:]
     finally:
         delete_topic(kafka_admin, topic)

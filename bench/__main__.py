@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in scenarios:
                 log(f"== {name}")
                 if name == "spark":
-                    from bench.spark_bench import run_spark
+                    from bench.spark_harness import run_spark
 
                     results["scenarios"][name] = run_spark(bootstrap, kafka, args.mode, out, log)
                 else:

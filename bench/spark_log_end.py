@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from bench.spark_bench import cli, parse
+from bench.spark_common import cli, parse
 
 
 def main(argv: list[str]) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
     from bench.kafka_io import Kafka
-    from bench.spark_bench import produce_entities
+    from bench.spark_common import produce_entities
     from laneway.spark.session import SessionSettings, build_session
     from laneway.spark.settings import SOURCE_DEFAULTS
 

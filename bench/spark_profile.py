@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.spark_bench import cli, parse
+from bench.spark_common import cli, parse
 
 __all__ = ["classify", "main"]
 
@@ -90,25 +90,26 @@ def _report(text: str) -> None:
 
 
 def _record(bootstrap: str, contender: str, records: int, repeats: int, jfr: Path) -> None:
-    from bench import spark_bench as sb
     from bench.kafka_io import Kafka
+    from bench.spark_common import _backlog_spec, produce_entities
+    from bench.spark_contenders import _warm_up
     from laneway.spark.session import SessionSettings, build_session
 
     kafka = Kafka(bootstrap)
     topic = kafka.topic("spark-profile", 8)
-    versions = sb.produce_entities(bootstrap, topic, records, records // 10)
-    spec = sb._backlog_spec(bootstrap, topic, records, versions, max(1, records // 3))
+    versions = produce_entities(bootstrap, topic, records, records // 10)
+    spec = _backlog_spec(bootstrap, topic, records, versions, max(1, records // 3))
     session = build_session(SessionSettings(master="local[2]", app_name="laneway-bench-profile"))
     work = Path(tempfile.mkdtemp(prefix="laneway-bench-profile-"))
     try:
         pid = str(session.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         for i in range(2):  # the C2 compiler is busy for minutes in a fresh JVM
-            sb._warm_up(session, spec, contender, work / f"warm-{i}")
+            _warm_up(session, spec, contender, work / f"warm-{i}")
         subprocess.run(["jcmd", pid, "JFR.start", "name=laneway", "settings=profile"], check=True)
         for rep in range(repeats):
             # the run alone: the benchmark's checks afterwards (counts, a distinct) are not recorded
             started = time.monotonic()
-            sb._warm_up(session, spec, contender, work / f"run-{rep}")
+            _warm_up(session, spec, contender, work / f"run-{rep}")
             rate = records / (time.monotonic() - started)
             print(f"{contender} run {rep}: {rate:,.0f} records/s (under JFR)")
         subprocess.run(["jcmd", pid, "JFR.stop", "name=laneway", f"filename={jfr}"], check=True)

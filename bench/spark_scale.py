@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.spark_bench import _pipeline, cli, parse
+from bench.spark_checkout import _pipeline
+from bench.spark_common import cli, parse
 
 VARIANTS = ("rewrite", "dv", "dv-always", "before")
 #: the module constants a variant overrides for its runs: (name, value, variants)
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--variants: each of {', '.join(VARIANTS)}")
 
     from bench.kafka_io import Kafka
-    from bench.spark_bench import produce_entities
+    from bench.spark_common import produce_entities
     from laneway.spark import schema
     from laneway.spark.session import SessionSettings, build_session
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.spark_bench import _thread_kind
+from bench.spark_cpu import _thread_kind
 
 
 @pytest.mark.parametrize(

@@ -233,6 +233,8 @@ class Committer:
                 self._producer.poll(0)
             except (KafkaException, SystemError) as caught:
                 if (exc := _kafka(caught)) is None:
+                    if self.failed is not None:  # its fatal error lost on the way out (see close)
+                        raise self.failed from None
                     raise
                 if (fence := self._fenced(exc, "its transaction was aborted")) is not None:
                     self.failed = fence
@@ -259,9 +261,12 @@ class Committer:
                     self._producer.purge()
                 self._producer.flush(10)
             except (KafkaException, SystemError) as caught:  # fatal: the loop stopped on it (serve)
-                if (exc := _kafka(caught)) is None:
+                exc = _kafka(caught)
+                if exc is None and self.failed is None:
                     raise
-                if not isinstance(self.failed, Fenced):  # a fence is said once, as the halt
+                # a failed producer's flush may lose its fatal error on the way out of the
+                # client ("returned NULL without setting an exception"): its failure was said
+                if exc is not None and not isinstance(self.failed, Fenced):  # a fence is said once
                     logger.error("closing the output producer: %s", self._said(exc))
             self._producer = None  # release librdkafka's threads (and their logging) now
 

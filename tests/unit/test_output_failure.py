@@ -328,3 +328,51 @@ def test_a_fenced_transaction_is_one_error_saying_so(caplog: pytest.LogCaptureFi
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # said once, as the halt
     finally:
         proc.close()
+
+
+class LosingProducer(FencedProducer):
+    """confluent-kafka's flush of a fenced producer can lose the fatal error on its way out and
+    raise a bare ``SystemError`` (seen in CI: "returned NULL without setting an exception")."""
+
+    def purge(self) -> None:
+        pass
+
+    def flush(self, timeout: float) -> int:
+        if not self.callbacks:
+            raise SystemError("<method 'flush'> returned NULL without setting an exception")
+        return super().flush(timeout)
+
+
+def test_a_fenced_producer_whose_close_loses_the_error_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    """The fenced app's consumer thread died in its close with that SystemError (a thread's
+    traceback after the halt was said); a producer known failed closes without a word more."""
+    proc = _emitting()
+    committer = TransactionalCommitter(
+        FakeConsumer(),  # type: ignore[arg-type]
+        proc,
+        PrometheusMetrics(),
+        LosingProducer(),  # type: ignore[arg-type]
+        {"transactional.id": "fx-0"},
+    )
+    try:
+        proc.submit([Event("t", 0, i, b"k", b"v", size=1) for i in range(3)])
+        assert proc.drain(5)
+        with pytest.raises(Fenced):
+            committer.commit({("t", 0): (3, None)}, asynchronous=False)
+        with caplog.at_level(logging.INFO, logger="laneway.kafka.commit"):
+            committer.close()
+        assert committer._producer is None  # released
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # the halt said it
+    finally:
+        proc.close()
+
+
+def test_a_healthy_producer_whose_close_raises_a_bare_system_error_still_raises() -> None:
+    """Without a known failure the SystemError is not swallowed: it is a bug to see."""
+    proc = _emitting()
+    committer = AtLeastOnceCommitter(FakeConsumer(), proc, PrometheusMetrics(), LosingProducer(), {})  # type: ignore[arg-type]
+    try:
+        with pytest.raises(SystemError):
+            committer.close()
+    finally:
+        proc.close()

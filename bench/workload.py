@@ -10,6 +10,7 @@ Every contender calls :meth:`Recorder.handle` for each record, so the per-record
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
@@ -222,6 +223,10 @@ def thread_cpu() -> dict[str, float]:
         name = "rdk" if comm.startswith("rdk:") else names.get(int(tid), comm)
         name = name.rstrip("0123456789").rstrip("-") or name
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        with contextlib.suppress(OSError):  # its context switches: waits for the GIL among them
+            with open(f"/proc/self/task/{tid}/status") as f:
+                n = sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+            out[f"{name} switches"] = out.get(f"{name} switches", 0) + n
     return out
 
 

@@ -82,7 +82,7 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
     for rep in range(repeats):
         # the cases take turns going first: a run right after another child's may find the
         # machine (its caches, the broker) in another state than the first of a set
-        for case, options in order[rep % 3 :] + order[: rep % 3]:
+        for case, options in order[rep % len(order) :] + order[: rep % len(order)]:
             for name in turns(names, rep):
                 dlq = lab.dlq(topic)
                 spec = lab.spec(topic, n, retry=RETRY, end_offsets=ends, dead_letter_topic=dlq, **options)

@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
         wall_s=time.perf_counter() - t0,
         cpu_s=ru.ru_utime + ru.ru_stime,
         maxrss_mb=ru.ru_maxrss / 1024,
-        switches=ru.ru_nvcsw + ru.ru_nivcsw,  # context switches: threads handing the GIL over
+        switches=ru.ru_nvcsw + ru.ru_nivcsw,  # context switches: waits for the GIL, a lock, the client
         error=error,
     )
     with open(result_path, "w") as f:

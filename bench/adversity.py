@@ -60,6 +60,7 @@ from bench.adversity_lab import (  # noqa: F401 (the scenarios' tools, and names
     Runs,
     _fmt,
     _ratio,
+    _spread,
     busy_lanes,
     dead_letters,
     parse_log,
@@ -111,6 +112,11 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
         line = (
             f"{name}: none {_fmt(a)} rec/s, poison {_fmt(b)} rec/s, fail-once {_fmt(c)} rec/s; "
             f"poison/none {_ratio(b, a, 0.8)}, fail-once/none {_ratio(c, a, 0.8)}"
+        )
+        base, poison, once = cases
+        line += (
+            f"; per repeat poison/none {_spread(runs.ratios(poison, base, name, 'rec/s'))}, "
+            f"fail-once/none {_spread(runs.ratios(once, base, name, 'rec/s'))}"
         )
         per = [runs.median(case, name, "cpu us/rec") for case in cases]
         if all(v is not None for v in per):

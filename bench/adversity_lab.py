@@ -303,6 +303,18 @@ class Runs:
         ]
         return statistics.median(vs) if vs else None
 
+    def ratios(self, case: str, base: str, name: str, key: str) -> list[float]:
+        """Per repeat, ``case``'s ``key`` over ``base``'s in the same repeat (runs close in
+        time, on the machine as it was then), for the repeats where both passed."""
+        got: dict[tuple[int, str], float] = {
+            (r["rep"], r["case"]): r["figures"][key]
+            for r in self.rows
+            if r["name"] == name and r["problem"] == "" and key in r["figures"]
+        }
+        return [
+            v / got[(rep, base)] for (rep, c), v in sorted(got.items()) if c == case and got.get((rep, base))
+        ]
+
     @property
     def failed(self) -> int:
         return sum(1 for r in self.rows if r["problem"])
@@ -310,6 +322,11 @@ class Runs:
 
 def _fmt(v: float | None, unit: str = "") -> str:
     return "-" if v is None else f"{v:,.0f}{unit}" if abs(v) >= 100 else f"{v:.2f}{unit}"
+
+
+def _spread(values: list[float]) -> str:
+    """The lowest and highest of per-repeat ratios, to show how far one set moves."""
+    return f"{min(values):.2f}x-{max(values):.2f}x" if values else "-"
 
 
 def _ratio(a: float | None, b: float | None, target: float) -> str:

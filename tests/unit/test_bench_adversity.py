@@ -181,6 +181,27 @@ def test_a_process_cpu_is_read_from_proc_and_a_figure_missing_from_some_runs_is_
     assert runs.median("a-none", "x", "cpu us/rec") is None
 
 
+def test_a_set_reports_each_repeats_ratio_of_runs_close_in_time() -> None:
+    """The medians of a set mix runs minutes apart on a machine whose speed moves: the ratio of
+    each repeat's own runs shows how far the verdict moves. A repeat missing its base run, or
+    whose run failed, gives no ratio."""
+    from bench.adversity_lab import Runs, _spread
+
+    runs = Runs("failures")
+    runs.add(0, "a-none", "x", {"rec/s": 100.0}, "")
+    runs.add(0, "b-poison", "x", {"rec/s": 80.0}, "")
+    runs.add(1, "b-poison", "x", {"rec/s": 50.0}, "")
+    runs.add(1, "a-none", "x", {"rec/s": 200.0}, "")
+    runs.add(2, "a-none", "x", {"rec/s": 100.0}, "FAIL: lost records")
+    runs.add(2, "b-poison", "x", {"rec/s": 90.0}, "")
+    runs.add(3, "b-poison", "x", {"rec/s": 70.0}, "")
+    runs.add(0, "b-poison", "y", {"rec/s": 10.0}, "")
+    assert runs.ratios("b-poison", "a-none", "x", "rec/s") == [0.8, 0.25]
+    assert runs.ratios("b-poison", "a-none", "y", "rec/s") == []
+    assert _spread([0.8, 0.25]) == "0.25x-0.80x"
+    assert _spread([]) == "-"
+
+
 def test_the_variants_take_turns_at_running_first() -> None:
     from bench.adversity_lab import turns
 

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from laneway.engine.cost import STEAL_AFTER, STEAL_TICK
@@ -30,7 +31,7 @@ class Monitor:
     timeout (the watchdog). Its registries are written by workers and read by its threads,
     item by item (atomic dict operations, no lock)."""
 
-    __slots__ = ("_engine", "_stopped", "_threads", "_timeouts", "chunks", "watched")
+    __slots__ = ("_engine", "_stopped", "_threads", "_timeouts", "chunks", "ticks", "watched")
 
     def __init__(self, engine: Engine, timeouts: list[float]) -> None:
         self._engine = engine
@@ -41,6 +42,9 @@ class Monitor:
         self.chunks: dict[int, list[Any]] = {}
         #: sync attempts under a timeout, by worker thread: [started, event, timeout, reported]
         self.watched: dict[int, list[Any]] = {}
+        #: called at each tick of the overrun thread (the thread pool's ``grow``: chunks queued
+        #: while every worker blocks get a thread once the calls count as blocked)
+        self.ticks: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._overruns, name="laneway-overrun", daemon=True)]
@@ -65,6 +69,8 @@ class Monitor:
         overrun."""
         perf, engine = time.perf_counter, self._engine
         while not self._stopped.wait(STEAL_TICK) and not engine.closed:
+            for tick in self.ticks:
+                tick()
             now = perf()
             for pending, started, run in list(self.chunks.values()):
                 if now - started <= STEAL_AFTER:

@@ -7,7 +7,8 @@ docs/internals.md). A :class:`~laneway.engine.chunks.ChunkRun` holds one chunk's
 loop differ only in the call: ``fn(ev)`` against ``await fn(ev)``.
 
 Threads: a :class:`ThreadPool`'s workers start on demand (``grow``). The
-:class:`~laneway.engine.monitor.Monitor` watches their calls.
+:class:`~laneway.engine.monitor.Monitor` watches their calls, and calls ``grow`` at each of its
+ticks while chunks wait.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from laneway.engine import cost as _cost
 from laneway.engine.chunks import ChunkRun, Engine, keep_committing
 from laneway.engine.lanes import Lane
 from laneway.engine.monitor import Monitor
@@ -28,9 +30,12 @@ __all__ = ["ThreadPool"]
 class ThreadPool:
     """Worker threads for plain handlers, started on demand up to ``max_threads`` (as
     ThreadPoolExecutor's): a cheap handler's chunks keep a few busy, and idle threads cost no
-    stack memory."""
+    stack memory. A worker whose call has run past :data:`~laneway.engine.cost.STEAL_AFTER` is
+    blocked in it (a hung downstream, a sleep) and does not count against the cost model's
+    allowance (:meth:`allowed`): the keys of a cheap handler whose calls block for some keys
+    go on, on more threads."""
 
-    __slots__ = ("_engine", "_monitor", "_spawn_lock", "idle", "max_threads", "ready", "threads")
+    __slots__ = ("_engine", "_monitor", "_spawn_lock", "idle", "max_threads", "ready", "since", "threads")
 
     def __init__(self, engine: Engine, monitor: Monitor, max_threads: int) -> None:
         self._engine, self._monitor = engine, monitor
@@ -39,7 +44,10 @@ class ThreadPool:
         self.threads: list[threading.Thread] = []
         # one token per worker thread waiting for a chunk: list append/pop are atomic, no lock
         self.idle: list[None] = []
+        #: per thread running a chunk, when its current call began (perf_counter)
+        self.since: dict[int, float] = {}
         self._spawn_lock = threading.Lock()
+        monitor.ticks.append(self.grow)
 
     def put(self, chunks: list[list[Lane]]) -> None:
         put = self.ready.put
@@ -53,8 +61,10 @@ class ThreadPool:
         model allows. The pool at most doubles per call (a worker that finds chunks waiting
         calls it too), so a burst queued before a handler is measured does not start every
         thread; a slow handler's backlog reaches ``max_threads`` in a few rounds."""
+        if self.ready.qsize() <= len(self.idle):
+            return
         allowed = self._engine.cost.threads_allowed(self.max_threads)
-        if self.ready.qsize() <= len(self.idle) or len(self.threads) >= allowed:
+        if len(self.threads) >= allowed and len(self.threads) >= (allowed := self.allowed(allowed)):
             return
         with self._spawn_lock:
             missing = min(
@@ -74,6 +84,13 @@ class ThreadPool:
             for t in new:
                 t.start()
             self.threads.extend(new)
+
+    def allowed(self, allowed: int) -> int:
+        """The cost model's ``allowed`` threads plus the workers blocked in a call (one that
+        has run past STEAL_AFTER), up to ``max_threads``."""
+        cutoff = time.perf_counter() - _cost.STEAL_AFTER
+        blocked = sum(1 for began in list(self.since.values()) if began < cutoff)
+        return min(self.max_threads, allowed + blocked)
 
     def _work(self) -> None:
         engine, ready, lock, idle = self._engine, self.ready, self._spawn_lock, self.idle
@@ -102,7 +119,10 @@ class ThreadPool:
             except Exception as exc:  # a bug in the engine itself: stop rather than lose work
                 engine.halt(exc)
             allowed = engine.cost.threads_allowed(self.max_threads)
-            if len(self.threads) > 2 * allowed + 2:
+            if (
+                len(self.threads) > 2 * allowed + 2
+                and len(self.threads) > 2 * (allowed := self.allowed(allowed)) + 2
+            ):
                 # the handler got cheaper: fewer threads will do (with slack, so a cost near a
                 # boundary does not start and stop threads over and over)
                 with lock:
@@ -118,10 +138,11 @@ class ThreadPool:
             return []
         run = ChunkRun(engine, monitor, heads)
         ident = threading.get_ident()
+        since = self.since
         try:
             while (item := run.next()) is not None:
                 ev, spec = item[1], item[0].spec
-                t0 = run.start()
+                t0 = since[ident] = run.start()
                 watch = None
                 if spec.timeout is not None:
                     watch = monitor.watched[ident] = [t0, ev, spec.timeout, False]
@@ -138,6 +159,7 @@ class ThreadPool:
                 if watch is not None:
                     self._unwatch(ident, watch, time.perf_counter() - t0)
         finally:
+            since.pop(ident, None)
             run.unguard()
         more = run.close(heads[0][0].spec.topic)
         run.carry_out()

@@ -210,8 +210,15 @@ def dlq_redrive(
     address, _ = common.connect(bootstrap)
     stop = threading.Event()
     recorded = [-1]  # moved and recorded so far (-1: not moving yet), for a second Ctrl-C's last words
+    finished: list[rd.RedriveReport] = []  # the report, once the redrive returned
 
     def forced() -> str:
+        if finished:
+            done = finished[0]
+            return (
+                f"exiting now, while printing the report: {len(done.moved)} record(s) were moved and "
+                f"recorded in {dr.ledger_topic(topic)} (redrive id {done.redrive_id})"
+            )
         if recorded[0] < 0:
             return f"exiting now, while reading {topic} and its ledger: nothing was moved"
         return (
@@ -220,44 +227,58 @@ def dlq_redrive(
             "not name it). Run the same command again to go on"
         )
 
-    # Ctrl-C: the batch in flight is committed, then the report; a second Ctrl-C exits at once
-    with (
-        graceful_interrupts(stop.set, forced_message=forced) as interrupts,
-        common.progress_stages() as stage,
-    ):
-        moving = stage(f"redriving {topic}")
-        read: set[str] = set()
+    # Ctrl-C: the batch in flight is committed, then the report; a second Ctrl-C exits at once.
+    # The handlers stay while the report prints: a Ctrl-C there still gets its line and its status.
+    with graceful_interrupts(stop.set, forced_message=forced) as interrupts:
+        with common.progress_stages() as stage:
+            moving = stage(f"redriving {topic}")
+            read: set[str] = set()
 
-        def reading(name: str) -> dr.Progress:  # the ledger is read again once the producer fenced
-            again = " again" if name in read else ""
-            read.add(name)
-            return stage(f"reading {name}{again}")
+            def reading(name: str) -> dr.Progress:  # the ledger is read again once the producer fenced
+                again = " again" if name in read else ""
+                read.add(name)
+                return stage(f"reading {name}{again}")
 
-        def progress(done: int, total: int) -> None:
-            recorded[0] = done
-            moving(done, total)
+            def progress(done: int, total: int) -> None:
+                recorded[0] = done
+                moving(done, total)
 
-        try:
-            report = rd.redrive(
-                address,
-                topic,
-                to=to,
-                filters=parsed,
-                limit=limit,
-                force=force,
-                dry_run=dry_run,
-                progress=progress,
-                reading=reading,
-                stop=stop,
-            )
-        except rd.RedriveError as exc:
-            if json and exc.recorded is not None:  # a script learns what moved before the error
-                common.echo_json({"dlq_topic": topic, "error": str(exc), "recorded": exc.recorded})
-            raise
-    _print_redrive(report, json=json)
-    if report.interrupted:
-        typer.secho(_interrupted(report, limit, force=force), err=True)
+            try:
+                report = rd.redrive(
+                    address,
+                    topic,
+                    to=to,
+                    filters=parsed,
+                    limit=limit,
+                    force=force,
+                    dry_run=dry_run,
+                    progress=progress,
+                    reading=reading,
+                    stop=stop,
+                )
+            except rd.RedriveError as exc:
+                if json and exc.recorded is not None:  # a script learns what moved before the error
+                    common.echo_json({"dlq_topic": topic, "error": str(exc), "recorded": exc.recorded})
+                raise
+        finished.append(report)
+        _print_redrive(report, json=json)
+        if report.interrupted:
+            typer.secho(_interrupted(report, limit, force=force), err=True)
+        elif interrupts.received:  # it came once the redrive had returned: nothing was cut short
+            typer.secho(_done_when_interrupted(report), err=True)
+        else:
+            return
         raise typer.Exit(128 + (interrupts.received or signal.SIGINT))
+
+
+def _done_when_interrupted(report: rd.RedriveReport) -> str:
+    """The line of a redrive a signal reached after it had done its work (as its report printed)."""
+    if report.dry_run:
+        return "interrupted after the dry run: its report above is whole; nothing changed"
+    return (
+        f"interrupted after the redrive: it moved all {len(report.moved)} record(s) it chose, each "
+        f"recorded in {dr.ledger_topic(report.dlq_topic)} (redrive id {report.redrive_id}); nothing is left"
+    )
 
 
 def _interrupted(report: rd.RedriveReport, limit: int | None, *, force: bool = False) -> str:
@@ -295,6 +316,10 @@ def _interrupted(report: rd.RedriveReport, limit: int | None, *, force: bool = F
     )
 
 
+#: the most moved records a redrive's table lists (``--json`` lists every one)
+REPORT_ROWS = 100
+
+
 def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
     """A redrive's report: a table of what moved, what was skipped and why (or JSON)."""
     topic, dry_run = report.dlq_topic, report.dry_run
@@ -322,7 +347,7 @@ def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
     table = Table(
         "dlq p/offset", "to topic", "partition", "offset", title=f"{verb} {len(report.moved)} record(s)"
     )
-    for m in report.moved:
+    for m in report.moved[:REPORT_ROWS]:  # a table of thousands takes seconds to print, read by no one
         table.add_row(
             f"{m.dlq_partition}/{m.dlq_offset}",
             m.target_topic,
@@ -331,6 +356,8 @@ def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
         )
     if report.moved:
         console.print(table)
+        if (over := len(report.moved) - REPORT_ROWS) > 0:
+            console.print(f"the first {REPORT_ROWS} listed; {over} more not shown (--json lists every one)")
     if report.skipped:
         console.print(
             f"skipped {len(report.skipped)} record(s) already redriven "

@@ -230,3 +230,42 @@ def test_a_stop_ends_reading_a_topic(monkeypatch: pytest.MonkeyPatch) -> None:
     letters = dr.read_dead_letters("127.0.0.1:1", DLQ, progress=progress, stop=stop)
     assert [x.offset for x in letters] == [0, 1]
     assert calls == [(0, 5), (1, 5), (2, 5)]
+
+
+def test_ctrl_c_while_the_report_prints_keeps_its_line_and_status(
+    cli: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handlers went away as the redrive returned, before its report printed (seconds for a
+    table of 10,000 rows): a Ctrl-C there exited 130 with no report, no redrive id and no line,
+    and the user could not tell that every record had moved."""
+    from rich.console import Console
+
+    from laneway.ops import dlq_cli
+
+    sent: list[int] = []
+
+    class CtrlCOnPrint(Console):
+        def print(self, *args: Any, **kwargs: Any) -> None:
+            if not sent:  # one signal, as the report starts printing (a second exits at once)
+                sent.append(signal.SIGINT)
+                _ctrl_c()
+            super().print(*args, **kwargs)
+
+    monkeypatch.setattr(cli_common, "console", lambda stderr=False: CtrlCOnPrint(width=160))
+    cli.letters = [letter(i) for i in range(1200)]
+    result = _run("dlq", "redrive", DLQ)
+    assert result.exit_code == 130, result.output
+    assert len(cli.sent) == 1200 and len(cli.recorded) == 1200  # the redrive had done its work
+    assert "moved 1200 record(s)" in result.stdout and f"recorded in {LEDGER}" in result.stdout
+    redrive_id = re.search(r"redrive id (\S+),", result.stdout).group(1)  # type: ignore[union-attr]
+    assert result.stderr.splitlines()[-1] == (
+        f"interrupted after the redrive: it moved all 1200 record(s) it chose, each recorded in {LEDGER} "
+        f"(redrive id {redrive_id}); nothing is left"
+    )
+    # and the table lists the first rows, not every one (the count and --json have them all)
+    assert (
+        f"the first {dlq_cli.REPORT_ROWS} listed; 1100 more not shown (--json lists every one)"
+        in result.stdout
+    )
+    assert sum(1 for line in result.stdout.splitlines() if f"0/{dlq_cli.REPORT_ROWS - 1} " in line) == 1
+    assert not any(f"0/{dlq_cli.REPORT_ROWS} " in line for line in result.stdout.splitlines())

@@ -66,6 +66,17 @@ def _pairs(repeats: Sequence[tuple[dr.DeadLetter, dr.DeadLetter]]) -> str:
     return ", ".join(shown) + (f", ... {len(repeats) - 10} more" if len(repeats) > 10 else "")
 
 
+def _show_title(letters: Sequence[dr.DeadLetter], topic: str) -> str:
+    """``2 dead letter(s) in orders.dlq``; records without Laneway's headers (a topic that is not
+    a dead-letter topic, letters of another tool) are counted as records, not as dead letters."""
+    lettered = sum(1 for x in letters if x.original_topic is not None)
+    if lettered == len(letters):
+        return f"{len(letters)} dead letter(s) in {topic}"
+    if not lettered:
+        return f"{len(letters)} record(s) in {topic}, none with Laneway's dead-letter headers"
+    return f"{len(letters)} record(s) in {topic}, {lettered} of them dead letters"
+
+
 def _check_limit(limit: int) -> None:
     """A limit under 1 is refused before anything is read: 0 or -1 would read as "no limit"."""
     if limit < 1:
@@ -142,8 +153,7 @@ def dlq_show(
         "attempts",
         "last failure",
         "redriven",
-        title=f"{len(letters)} dead letter(s) in {topic}"
-        + (f" (more not shown: --limit {limit})" if more else ""),
+        title=_show_title(letters, topic) + (f" (more not shown: --limit {limit})" if more else ""),
     )
     for x in letters:
         entry = redriven_by(x)

@@ -26,7 +26,7 @@ class _Msg:
         self._offset = offset
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("laneway.error.type", b"ValueError")]
+        return [("laneway.error.type", b"ValueError"), ("laneway.original.topic", b"orders")]
 
     def timestamp(self) -> tuple[int, int]:
         return (1, 1_795_168_800_000)

@@ -138,3 +138,18 @@ def test_an_error_text_is_shown_as_text_control_characters_escaped(monkeypatch: 
     assert "\x1b" not in text and "\x00" not in text
     assert "[/red] in [bold]x[/bold]" in text.replace("│\n│", "")  # the brackets kept, as text
     assert "ValueError: \\x1b[31mred\\x00" in text  # the traceback's line, escaped
+
+
+def test_records_without_the_dead_letter_headers_are_not_called_dead_letters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``dlq show orders`` (not a dead-letter topic) warned, then headed its ``?/?/?`` rows "2 dead
+    letter(s) in orders"."""
+    plain = dr.DeadLetter("orders", 0, 0, b"c0", b"{}", None, (), {})
+    letters = [plain, dr.DeadLetter("orders", 0, 1, b"c1", b"{}", None, (), {})]
+    monkeypatch.setattr(dr, "read_dead_letters", lambda bootstrap, topic, **kwargs: letters)
+    lines, _ = _show()
+    assert lines[0].strip() == "2 record(s) in orders.dlq, none with Laneway's dead-letter headers"
+    letters[1] = _letter(1, {h.ERROR_TYPE: "builtins.KeyError"})
+    lines, _ = _show()
+    assert lines[0].strip() == "2 record(s) in orders.dlq, 1 of them dead letters"

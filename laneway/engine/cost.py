@@ -144,9 +144,10 @@ class CostModel:
 
     def threads_allowed(self, max_threads: int) -> int:
         """Worker threads the measured costs call for: ``max_threads`` x cost / chunk budget (at
-        least 2), since a handler faster than the budget saturates the interpreter long before
-        hundreds of threads could help; ``max_threads`` before any measurement."""
+        least 2, at most ``max_threads``), since a handler faster than the budget saturates the
+        interpreter long before hundreds of threads could help; ``max_threads`` before any
+        measurement."""
         if not self.work:
             return max_threads
         cost = max(w[0] / w[1] for w in list(self.work.values()))
-        return max(2, min(max_threads, math.ceil(max_threads * cost / CHUNK_BUDGET)))
+        return min(max_threads, max(2, math.ceil(max_threads * cost / CHUNK_BUDGET)))

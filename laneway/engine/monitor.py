@@ -70,7 +70,10 @@ class Monitor:
         perf, engine = time.perf_counter, self._engine
         while not self._stopped.wait(STEAL_TICK) and not engine.closed:
             for tick in self.ticks:
-                tick()
+                try:
+                    tick()
+                except Exception:  # (no thread could start, say): the watch must go on
+                    logger.exception("the monitor's tick failed")
             now = perf()
             for pending, started, run in list(self.chunks.values()):
                 if now - started <= STEAL_AFTER:

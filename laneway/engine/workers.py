@@ -14,6 +14,7 @@ ticks while chunks wait.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -80,15 +81,20 @@ class ThreadPool:
             ]
             # started before they are listed: an observer of threads (health checks) never
             # sees a thread that is not running yet (a new one that retires at once waits
-            # for this lock, so it is listed by then)
+            # for this lock, so it is listed by then); each one as it starts, so a start that
+            # fails (no thread can start) leaves the others listed, to count and to close
             for t in new:
                 t.start()
-            self.threads.extend(new)
+                self.threads.append(t)
 
     def allowed(self, allowed: int) -> int:
-        """The cost model's ``allowed`` threads plus the workers blocked in a call (one that
-        has run past STEAL_AFTER), up to ``max_threads``."""
-        cutoff = time.perf_counter() - _cost.STEAL_AFTER
+        """The cost model's ``allowed`` threads plus the workers blocked in a call, up to
+        ``max_threads``. A call is blocked once it has run past STEAL_AFTER and past two switch
+        intervals per thread: a call that waits for the GIL among T runnable threads waits up
+        to about T switch intervals, and taking it as blocked would start threads that make
+        the next calls wait longer (more threads, never retired)."""
+        wait = max(_cost.STEAL_AFTER, 2 * sys.getswitchinterval() * (len(self.threads) + 1))
+        cutoff = time.perf_counter() - wait
         blocked = sum(1 for began in list(self.since.values()) if began < cutoff)
         return min(self.max_threads, allowed + blocked)
 

@@ -224,11 +224,7 @@ def dlq_redrive(
 
     def forced() -> str:
         if finished:
-            done = finished[0]
-            return (
-                f"exiting now, while printing the report: {len(done.moved)} record(s) were moved and "
-                f"recorded in {dr.ledger_topic(topic)} (redrive id {done.redrive_id})"
-            )
+            return f"exiting now, while printing the report: {_outcome(finished[0], limit)}"
         if recorded[0] < 0:
             return f"exiting now, while reading {topic} and its ledger: nothing was moved"
         return (
@@ -274,20 +270,24 @@ def dlq_redrive(
         _print_redrive(report, json=json)
         if report.interrupted:
             typer.secho(_interrupted(report, limit, force=force), err=True)
-        elif interrupts.received:  # it came once the redrive had returned: nothing was cut short
-            typer.secho(_done_when_interrupted(report), err=True)
+        elif interrupts.received:  # it came after the redrive's last check for it: nothing was cut short
+            typer.secho(f"interrupted after the redrive: {_outcome(report, limit)}", err=True)
         else:
             return
         raise typer.Exit(128 + (interrupts.received or signal.SIGINT))
 
 
-def _done_when_interrupted(report: rd.RedriveReport) -> str:
-    """The line of a redrive a signal reached after it had done its work (as its report printed)."""
+def _outcome(report: rd.RedriveReport, limit: int | None) -> str:
+    """What a redrive that was not cut short did, for a signal's line once it had done its work."""
     if report.dry_run:
-        return "interrupted after the dry run: its report above is whole; nothing changed"
+        return "the dry run was whole; nothing changed"
+    if not report.moved:
+        return "there was nothing to move; nothing changed"
+    done = len(report.moved)
+    more = " (up to its --limit; more letters may be left)" if limit is not None and done >= limit else ""
     return (
-        f"interrupted after the redrive: it moved all {len(report.moved)} record(s) it chose, each "
-        f"recorded in {dr.ledger_topic(report.dlq_topic)} (redrive id {report.redrive_id}); nothing is left"
+        f"it moved all {done} record(s) it chose{more}, each recorded in "
+        f"{dr.ledger_topic(report.dlq_topic)} (redrive id {report.redrive_id})"
     )
 
 

@@ -10,14 +10,18 @@ blocked (a gate they wait on), so the verdict does not hang on a clock.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 from laneway import Retry
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec, LetterDone
 from laneway.engine.processor import Processor
+from laneway.engine.workers import ThreadPool
 
 
 class Letters:
@@ -122,3 +126,40 @@ def test_a_retry_waits_its_backoff_not_for_another_topics_blocked_calls() -> Non
     finally:
         gate.set()
         proc.close()
+
+
+def test_a_call_waiting_for_the_gil_among_many_threads_is_not_taken_as_blocked() -> None:
+    """Among T runnable threads a call may wait about T switch intervals for the GIL: counted as
+    blocked past a fixed 50 ms, such waits would start threads that make the next waits longer,
+    and the pool would never retire them. The cutoff grows with the pool."""
+    engine: Any = SimpleNamespace(closed=False)
+    pool = ThreadPool(engine, SimpleNamespace(ticks=[]), 64)  # type: ignore[arg-type]
+    now = time.perf_counter()
+    pool.since.update({1: now - 0.1, 2: now - 0.3, 3: now - 0.001})
+    assert pool.allowed(3) == 5  # a small pool: both calls past 50 ms are blocked
+    pool.threads = [threading.Thread() for _ in range(20)]
+    wait = 2 * sys.getswitchinterval() * 21
+    assert 0.1 < wait < 0.3  # (at the default 5 ms switch interval)
+    assert pool.allowed(3) == 4  # 20 threads: only the call past 2 x 21 switch intervals
+    assert pool.allowed(63) == 64  # never past max_threads
+
+
+def test_a_tick_that_raises_does_not_stop_the_monitor() -> None:
+    """``grow`` runs on the monitor's overrun thread at each tick: a thread that cannot start
+    (a pids limit) raised there and ended the thread, and with it the hand-back of a blocked
+    chunk's heads, while the health checks still saw every worker alive."""
+    from laneway.engine.monitor import Monitor
+
+    engine: Any = SimpleNamespace(closed=False)
+    monitor = Monitor(engine, [])
+    seen: list[int] = []
+
+    def fails() -> None:
+        raise RuntimeError("can't start new thread")
+
+    monitor.ticks.extend([fails, lambda: seen.append(1)])
+    monitor.start()
+    try:
+        assert reached(lambda: len(seen) >= 3, 5)
+    finally:
+        monitor.stop(time.monotonic() + 2)

@@ -38,6 +38,7 @@ def test_chunks_and_threads_follow_the_measured_cost() -> None:
     per_event = CHEAP + cost_module.EVENT_OVERHEAD
     assert model.chunk_size(model.cost("t")) == int(cost_module.CHUNK_BUDGET / per_event) > 50
     assert model.threads_allowed(64) == 2
+    assert model.threads_allowed(1) == 1  # concurrency=1: one thread, not the floor of 2
     assert model.chunk_size(1e-9) == cost_module.MAX_CHUNK  # never more lanes than the cap
     slow = CostModel()
     slow.learn("t", 10, 10 * 0.02)  # 20 ms a call: one lane per chunk, every worker

@@ -260,7 +260,7 @@ def test_ctrl_c_while_the_report_prints_keeps_its_line_and_status(
     redrive_id = re.search(r"redrive id (\S+),", result.stdout).group(1)  # type: ignore[union-attr]
     assert result.stderr.splitlines()[-1] == (
         f"interrupted after the redrive: it moved all 1200 record(s) it chose, each recorded in {LEDGER} "
-        f"(redrive id {redrive_id}); nothing is left"
+        f"(redrive id {redrive_id})"
     )
     # and the table lists the first rows, not every one (the count and --json have them all)
     assert (
@@ -269,3 +269,20 @@ def test_ctrl_c_while_the_report_prints_keeps_its_line_and_status(
     )
     assert sum(1 for line in result.stdout.splitlines() if f"0/{dlq_cli.REPORT_ROWS - 1} " in line) == 1
     assert not any(f"0/{dlq_cli.REPORT_ROWS} " in line for line in result.stdout.splitlines())
+
+
+def test_a_signal_after_a_dry_run_or_nothing_to_move_says_nothing_changed() -> None:
+    """The line of a signal that came once the redrive had done its work named a redrive id and
+    records "moved and recorded" for a dry run, and for a redrive with nothing to move."""
+    from laneway.ops import dlq_cli
+
+    dry = rd.RedriveReport("id-1", DLQ, True, (rd.Moved(0, 0, "orders", 0),), (), ())
+    assert dlq_cli._outcome(dry, None) == "the dry run was whole; nothing changed"
+    empty = rd.RedriveReport("id-2", DLQ, False, (), (), ())
+    assert dlq_cli._outcome(empty, None) == "there was nothing to move; nothing changed"
+    moved = rd.RedriveReport("id-3", DLQ, False, (rd.Moved(0, 0, "orders", 0, 7),), (), ())
+    assert dlq_cli._outcome(moved, 1) == (
+        f"it moved all 1 record(s) it chose (up to its --limit; more letters may be left), each recorded "
+        f"in {LEDGER} (redrive id id-3)"
+    )
+    assert "--limit" not in dlq_cli._outcome(moved, None)

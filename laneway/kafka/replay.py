@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -96,6 +96,10 @@ class ResetRow:
     #: the offset a --to-offset or --shift asked for, when it lay outside ``earliest..latest``
     #: and ``after`` is the nearer end instead; None otherwise
     requested: int | None = None
+    #: a partition the reset did not name, whose committed offset a new group takes as it is
+    #: (``after`` is the source group's offset): without it, the new group would start there
+    #: from its ``auto.offset.reset``
+    kept: bool = False
 
     def out_of_range(self) -> str | None:
         """One line saying where an offset asked for outside the partition moves, or None."""
@@ -166,7 +170,8 @@ def plan_reset(
     ones the group has committed offsets for. An offset outside a partition's retained range
     moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`).
     A ``new_group`` that already exists (members or committed offsets) is refused: its offsets
-    would be overwritten, and those the plan leaves out would be read as its start."""
+    would be overwritten, and those the plan leaves out would be read as its start. A new group
+    takes the source group's other committed offsets as they are (rows marked ``kept``)."""
     gs = group_state(admin, group)
     if new_group is not None:
         check_new_group(admin, group, new_group)
@@ -213,7 +218,26 @@ def plan_reset(
         moved = min(max(after, low), high)  # an offset outside the partition moves to its nearer end
         requested = after if moved != after and target.kind in ("offset", "shift") else None
         rows.append(ResetRow(tp[0], tp[1], before, moved, low, high, requested))
+    if new_group is not None:
+        rows += _kept_rows(admin, gs.committed, set(tps))
     return ResetPlan(group, new_group or group, target, tuple(rows))
+
+
+def _kept_rows(
+    admin: AdminClient, committed: Mapping[tuple[str, int], int], named: set[tuple[str, int]]
+) -> list[ResetRow]:
+    """For a new group: the source group's committed offsets outside the reset, kept as they are
+    (a replay of one partition, or of one topic, replays nothing else)."""
+    rest = sorted(tp for tp in committed if tp not in named)
+    if not rest:
+        return []
+    marks = watermarks(admin, rest)
+    rows = []
+    for tp in rest:
+        low, high = marks[tp]
+        at = committed[tp]
+        rows.append(ResetRow(tp[0], tp[1], at, at, low, high, kept=True))
+    return rows
 
 
 def _offset_partitions(target: ResetTarget, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -259,9 +283,6 @@ def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
         "reset %d partition(s) of group %s %s", len(plan.rows), plan.target_group, plan.target.describe()
     )
     rows = tuple(
-        ResetRow(
-            r.topic, r.partition, current.committed.get((r.topic, r.partition)), r.after, r.earliest, r.latest
-        )
-        for r in plan.rows
+        replace(r, before=current.committed.get((r.topic, r.partition)), requested=None) for r in plan.rows
     )
     return ResetPlan(plan.group, plan.target_group, plan.target, rows)

@@ -7,6 +7,7 @@ The logic lives in :mod:`laneway.kafka.groups` and :mod:`laneway.kafka.replay`;
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -18,7 +19,6 @@ from rich.table import Table
 from laneway.kafka.groups import GroupLag, group_lag, group_state
 from laneway.kafka.replay import (
     ResetPlan,
-    ResetRow,
     ResetTarget,
     apply_reset,
     check_no_live_members,
@@ -154,7 +154,7 @@ def lag(
 def _plan_table(plan: ResetPlan, title: str, labels: tuple[str, str] = ("current", "new")) -> Table:
     table = Table("topic", "partition", *labels, "change", "earliest", "latest", title=title)
     for r in plan.rows:
-        change = "-" if r.before is None else f"{r.after - r.before:+d}"
+        change = "kept" if r.kept else "-" if r.before is None else f"{r.after - r.before:+d}"
         table.add_row(
             r.topic,
             str(r.partition),
@@ -174,7 +174,7 @@ def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
         "target": plan.target.describe(),
         "applied": applied,
         "partitions": [
-            {"topic": r.topic, "partition": r.partition, "before": r.before, "after": r.after}
+            {"topic": r.topic, "partition": r.partition, "before": r.before, "after": r.after, "kept": r.kept}
             for r in plan.rows
         ],
     }
@@ -267,15 +267,12 @@ def replay(
         done.group,
         done.target_group,
         done.target,
-        tuple(
-            ResetRow(
-                r.topic, r.partition, r.before, now.get((r.topic, r.partition), r.after), r.earliest, r.latest
-            )
-            for r in done.rows
-        ),
+        tuple(replace(r, after=now.get((r.topic, r.partition), r.after)) for r in done.rows),
     )
     if json:
         common.echo_json(_plan_json(after, applied=True))
         return
     common.console().print(_plan_table(after, f"after: {where}", labels=("before", "after")))
-    typer.echo(f"reset {len(after.rows)} partition(s) of {plan.target_group}")
+    kept = sum(r.kept for r in after.rows)
+    also = f", and gave it {group}'s offsets of {kept} more, as they are" if kept else ""
+    typer.echo(f"reset {len(after.rows) - kept} partition(s) of {plan.target_group}{also}")

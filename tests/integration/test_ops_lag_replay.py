@@ -197,6 +197,36 @@ def test_replay_refuses_a_live_group_unless_new_group(
         consumer.close()
 
 
+def test_replay_one_partition_into_a_new_group_keeps_the_others(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """A --to-offset of one partition with --new-group: the new group takes the group's offset of
+    every other partition as it is, so only the partition named is replayed (a new group without
+    an offset would start the others from earliest: 10 records of p1 nobody asked for)."""
+    fresh = f"{group_id}-one"
+    planned = invoke(
+        kafka_bootstrap, "replay", group_id, "--to-offset", "0:2", "--new-group", fresh, "--dry-run", "--json"
+    )
+    assert planned.exit_code == 0, planned.output
+    rows = {
+        r["partition"]: (r["before"], r["after"], r["kept"])
+        for r in orjson.loads(planned.stdout)["partitions"]
+    }
+    assert rows == {0: (4, 2, False), 1: (10, 10, True)}
+    table = invoke(
+        kafka_bootstrap, "replay", group_id, "--to-offset", "0:2", "--new-group", fresh, "--dry-run"
+    )
+    assert re.search(r"\b1\s*\S\s*10\s*\S\s*10\s*\S\s*kept\b", table.stdout), table.stdout
+    moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", "0:2", "--new-group", fresh)
+    assert moved.exit_code == 0, moved.output
+    assert (
+        f"reset 1 partition(s) of {fresh}, and gave it {group_id}'s offsets of 1 more, as they are"
+        in moved.stdout
+    )
+    assert committed(kafka_admin, fresh) == {0: 2, 1: 10}
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
 def test_replay_new_group_refuses_a_group_that_exists(
     kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
 ) -> None:

@@ -50,6 +50,9 @@ RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
     "transactional.id": "use exactly_once=ExactlyOnce(transactional_id=...)",
 }
 
+#: what Laneway's producers (dead letters, outputs) set before ``producer_config``
+PRODUCER_DEFAULTS: Final[dict[str, Any]] = {"enable.idempotence": True, "acks": "all"}
+
 #: the ``kafka_config`` keys that reach Laneway's producers too: the connection, security and
 #: client-wide settings (librdkafka's global properties both kinds of client use)
 SHARED_KEYS: Final[frozenset[str]] = frozenset(
@@ -124,7 +127,10 @@ def librdkafka_refusal(config: dict[str, Any], *, consumer: bool, skip: Collecti
     try:
         wrong_side = _wrong_side(conf, consumer=consumer)
     except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
-        return secrets.refusal_text(exc, config)
+        said = secrets.refusal_text(exc, config)
+        if not consumer and "enable.idempotence" in said and "enable.idempotence" not in conf:
+            said += " (Laneway's producers are idempotent: they write each record once)"
+        return said
     if wrong_side and skip:  # only the keys held to the rule: one more build, on this path only
         conf = {k: v for k, v in conf.items() if k not in skip}
         wrong_side = _wrong_side(conf, consumer=consumer)
@@ -166,8 +172,8 @@ def _wrong_side(conf: dict[str, Any], *, consumer: bool) -> list[str]:
         client = Consumer({**conf, "group.id": "laneway-settings-check"}, logger=logger)
         client.poll(0)
         client.close()
-    else:
-        producer = Producer(conf, logger=logger)  # freed (librdkafka's threads joined) when dropped
+    else:  # as Laneway builds its producers: idempotent, so acks=0 is refused here, not at start
+        producer = Producer({**PRODUCER_DEFAULTS, **conf}, logger=logger)  # freed when dropped
         producer.poll(0)
     return seen.names
 

@@ -119,6 +119,31 @@ def test_a_consumer_setting_in_producer_config_is_refused() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"acks": 1}, "`acks` must be set to `all`"),
+        ({"acks": "0"}, "`acks` must be set to `all`"),
+        ({"retries": 0}, "`retries` must be set >= 1"),
+        ({"max.in.flight.requests.per.connection": 10}, "`max.in.flight` must be set <= 5"),
+    ],
+)
+def test_a_producer_setting_an_idempotent_producer_refuses_is_refused_when_the_app_is_built(
+    config: dict[str, Any], said: str
+) -> None:
+    """Laneway's producers are idempotent: librdkafka refused such a setting only when the app
+    started (a KafkaException out of the dead-letter sink, and an app that could not start again)."""
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", producer_config=config)
+    assert info.value.field == "producer_config"
+    assert said in str(info.value) and "Laneway's producers are idempotent" in str(info.value)
+
+
+def test_acks_all_and_a_producer_without_idempotence_are_taken() -> None:
+    App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"acks": -1})
+    App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"acks": 1, "enable.idempotence": False})
+
+
 def test_a_producer_setting_in_a_client_config_file_is_taken(tmp_path: Any) -> None:
     """A client-config file may be shared with the command lines' producers (`dlq redrive`): its
     producer keys are not refused by App, only those given in kafka_config itself."""

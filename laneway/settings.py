@@ -20,7 +20,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
@@ -330,6 +338,19 @@ class AppSettings(BaseModel):
             )
         server = with_metrics_server(self.metrics_server, port=port, host=host)
         return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
+
+    def with_kafka_config(self, kafka_config: dict[str, Any], file_only: Collection[str] = ()) -> AppSettings:
+        """A copy with ``kafka_config`` replaced, checked as ``App`` checks it (a ConfigError
+        naming ``kafka_config``): ``laneway run --client-config``'s file over the app's own.
+        ``file_only``: keys from a client-config file, whose producer keys are not refused."""
+        try:
+            return AppSettings.model_validate(
+                {**dict(self), "kafka_config": kafka_config}, context={"file_only": set(file_only)}
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own
+            raise ConfigError(".".join(str(p) for p in first["loc"]), reason) from None
 
 
 def with_metrics_server(

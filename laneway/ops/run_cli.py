@@ -136,8 +136,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         if from_file := active():  # --client-config: over the app's own kafka_config
             secrets.remember(from_file)
-            kafka_config = {**obj.settings.kafka_config, **from_file}
-            obj.settings = obj.settings.model_copy(update={"kafka_config": kafka_config})
+            try:
+                kafka_config = {**obj.settings.kafka_config, **from_file}
+                obj.settings = obj.settings.with_kafka_config(kafka_config, file_only=from_file)
+            except ConfigError as exc:  # group.id=... in the file: refused as App refuses it
+                typer.secho(f"error: --client-config: {exc}", err=True, fg=typer.colors.RED)
+                raise typer.Exit(2) from None
         try:
             with graceful_interrupts(obj.stop):  # a second Ctrl-C exits at once
                 obj.run(install_signal_handlers=False)

@@ -429,3 +429,36 @@ def test_kafka_config_naming_a_missing_or_empty_file_is_refused_when_the_app_sta
             app.check()
         assert "kafka_config" in str(info.value) and "ssl.ca.location: " in str(info.value)
         assert said in str(info.value) and value in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("group.id=hijack", "'group.id' is Laneway's to set: use group_id"),
+        ("enable.auto.commit=true", "'enable.auto.commit' is Laneway's to set"),
+    ],
+)
+def test_laneway_run_refuses_a_client_config_file_app_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, says: str
+) -> None:
+    """`laneway run --client-config` put the file over the app's kafka_config without the App's
+    checks: group.id=... was dropped without a word, where App(client_config=...) refuses it."""
+    from typer.testing import CliRunner
+
+    from laneway.ops import cli
+
+    name = f"ccapp{abs(hash(line))}"
+    (tmp_path / f"{name}.py").write_text(
+        "from laneway import App\napp = App('orders', bootstrap_servers='127.0.0.1:1')\n"
+        "@app.handler('t')\ndef h(ev):\n    pass\n"
+    )
+    conf = tmp_path / "client.properties"
+    conf.write_text(f"client.id=tools\n{line}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in cli.app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(cli.app, ["run", f"{name}:app", "--client-config", str(conf)])
+    assert result.exit_code == 2, result.output
+    errors = [x for x in result.output.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: --client-config: kafka_config: "), result.output
+    assert says in errors[0]

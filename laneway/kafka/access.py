@@ -265,6 +265,15 @@ def _classify(err: KafkaError, settings: Mapping[str, Any], doing: Doing) -> Kaf
     if code in _AUTH_CODES and (match := _MECHANISMS.search(text)) is not None:
         offered = match.group(1).strip() or "none"
         mechanism = settings.get("sasl.mechanism", "GSSAPI")
+        if offered == "none":  # no SASL on that listener at all: no mechanism would do
+            return KafkaAuthError(
+                "security.protocol",
+                f"the listener at {where} offers no SASL mechanism (a PLAINTEXT or SSL listener): "
+                f"security.protocol={protocol} asks for SASL; set security.protocol to the "
+                "listener's (PLAINTEXT or SSL) and drop the sasl.* settings, or connect to its "
+                "SASL listener",
+                err.name(),
+            )
         return KafkaAuthError(
             "sasl.mechanism",
             f"the listener at {where} does not offer SASL {mechanism} (it offers: {offered}): set "

@@ -62,8 +62,18 @@ CASES = [
         "Broker: Request not valid in current SASL state: broker's supported mechanisms:  (after 1ms in "
         "state AUTH_HANDSHAKE)",
         KafkaAuthError,
+        "security.protocol",  # a listener offering none has no SASL: "set sasl.mechanism" would not do
+        "the listener at 127.0.0.1:44771 offers no SASL mechanism (a PLAINTEXT or SSL listener): "
+        "security.protocol=SASL_SSL asks for SASL",
+    ),
+    (
+        KafkaError._AUTHENTICATION,
+        "sasl_plaintext://127.0.0.1:44771/bootstrap: SASL SCRAM-SHA-512 mechanism handshake failed: "
+        "Broker: Unsupported SASL mechanism: broker's supported mechanisms: PLAIN (after 1ms in "
+        "state AUTH_HANDSHAKE)",
+        KafkaAuthError,
         "sasl.mechanism",
-        "the listener at 127.0.0.1:44771 does not offer SASL SCRAM-SHA-512 (it offers: none)",
+        "the listener at 127.0.0.1:44771 does not offer SASL SCRAM-SHA-512 (it offers: PLAIN)",
     ),
     (
         KafkaError._TRANSPORT,

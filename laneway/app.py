@@ -21,8 +21,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
-
 from laneway import running
 from laneway.engine.handlers import HandlerFn, HandlerSpec
 from laneway.engine.policies import (
@@ -107,27 +105,22 @@ class App:
         kafka_config = {**from_file, **(kafka_config or {})}
         for given in (kafka_config, producer_config or {}):
             secrets.remember(given)
-        try:
-            self.settings = AppSettings.model_validate(dict(
-                name=name,
-                bootstrap_servers=bootstrap_servers,
-                group_id=group_id if group_id is not None else name,
-                consumers=consumers,
-                concurrency=concurrency,
-                event_loop=event_loop,
-                gc_tuning=gc_tuning,
-                backpressure=backpressure or Backpressure(),
-                timeouts=timeouts or Timeouts(),
-                metrics_server=metrics_server,
-                exactly_once=exactly_once,
-                kafka_config=kafka_config,
-                producer_config=producer_config or {},
-                tracing=Tracing() if tracing is True else tracing or None,
-            ), context={"file_only": file_only})  # fmt: skip
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own
-            raise ConfigError(".".join(str(p) for p in first["loc"]), reason) from None
+        self.settings = AppSettings.checked(dict(
+            name=name,
+            bootstrap_servers=bootstrap_servers,
+            group_id=group_id if group_id is not None else name,
+            consumers=consumers,
+            concurrency=concurrency,
+            event_loop=event_loop,
+            gc_tuning=gc_tuning,
+            backpressure=backpressure or Backpressure(),
+            timeouts=timeouts or Timeouts(),
+            metrics_server=metrics_server,
+            exactly_once=exactly_once,
+            kafka_config=kafka_config,
+            producer_config=producer_config or {},
+            tracing=Tracing() if tracing is True else tracing or None,
+        ), file_only)  # fmt: skip
         if self.settings.tracing is not None:
             try:
                 import laneway.monitor.tracing  # noqa: F401

@@ -343,10 +343,14 @@ class AppSettings(BaseModel):
         """A copy with ``kafka_config`` replaced, checked as ``App`` checks it (a ConfigError
         naming ``kafka_config``): ``laneway run --client-config``'s file over the app's own.
         ``file_only``: keys from a client-config file, whose producer keys are not refused."""
+        return AppSettings.checked({**dict(self), "kafka_config": kafka_config}, file_only)
+
+    @classmethod
+    def checked(cls, fields: dict[str, Any], file_only: Collection[str] = ()) -> AppSettings:
+        """The settings of ``fields``, or a ConfigError naming the first field refused.
+        ``file_only``: keys of ``kafka_config`` from a client-config file."""
         try:
-            return AppSettings.model_validate(
-                {**dict(self), "kafka_config": kafka_config}, context={"file_only": set(file_only)}
-            )
+            return cls.model_validate(fields, context={"file_only": set(file_only)})
         except ValidationError as exc:
             first = exc.errors()[0]
             reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own

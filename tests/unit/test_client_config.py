@@ -462,3 +462,29 @@ def test_laneway_run_refuses_a_client_config_file_app_would_refuse(
     errors = [x for x in result.output.splitlines() if x.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: --client-config: kafka_config: "), result.output
     assert says in errors[0]
+
+
+def test_laneway_run_client_config_keeps_the_app_s_own_file_s_producer_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's own client_config file may hold producer keys (a shared file); a --client-config
+    of other keys was refused naming them (the re-check held every key not in its file to the rule)."""
+    from typer.testing import CliRunner
+
+    from laneway.ops import cli
+
+    shared = tmp_path / "shared.properties"
+    shared.write_text("client.id=foo\nlinger.ms=5\n")
+    name = "ccshared"
+    (tmp_path / f"{name}.py").write_text(
+        "from laneway import App\n"
+        f"app = App('orders', bootstrap_servers='127.0.0.1:1', client_config={str(shared)!r})\n"
+        "@app.handler('t')\ndef h(ev):\n    pass\n"
+    )
+    conf = tmp_path / "client.properties"
+    conf.write_text("client.id=tools\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in cli.app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(cli.app, ["run", f"{name}:app", "--client-config", str(conf)])
+    assert "--client-config: kafka_config" not in result.output, result.output

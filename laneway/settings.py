@@ -35,6 +35,7 @@ from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Ti
 from laneway.errors import ConfigError
 from laneway.kafka import secrets
 from laneway.kafka.client_config import empty_broker_list
+from laneway.kafka.producer import IDEMPOTENT
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -57,9 +58,6 @@ RESERVED_KAFKA_KEYS: Final[dict[str, str]] = {
     "group.id": "use group_id",
     "transactional.id": "use exactly_once=ExactlyOnce(transactional_id=...)",
 }
-
-#: what Laneway's producers (dead letters, outputs) set before ``producer_config``
-PRODUCER_DEFAULTS: Final[dict[str, Any]] = {"enable.idempotence": True, "acks": "all"}
 
 #: the ``kafka_config`` keys that reach Laneway's producers too: the connection, security and
 #: client-wide settings (librdkafka's global properties both kinds of client use)
@@ -181,7 +179,7 @@ def _wrong_side(conf: dict[str, Any], *, consumer: bool) -> list[str]:
         client.poll(0)
         client.close()
     else:  # as Laneway builds its producers: idempotent, so acks=0 is refused here, not at start
-        producer = Producer({**PRODUCER_DEFAULTS, **conf}, logger=logger)  # freed when dropped
+        producer = Producer({**IDEMPOTENT, **conf}, logger=logger)  # freed when dropped
         producer.poll(0)
     return seen.names
 
@@ -339,11 +337,12 @@ class AppSettings(BaseModel):
         server = with_metrics_server(self.metrics_server, port=port, host=host)
         return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
 
-    def with_kafka_config(self, kafka_config: dict[str, Any], file_only: Collection[str] = ()) -> AppSettings:
-        """A copy with ``kafka_config`` replaced, checked as ``App`` checks it (a ConfigError
-        naming ``kafka_config``): ``laneway run --client-config``'s file over the app's own.
-        ``file_only``: keys from a client-config file, whose producer keys are not refused."""
-        return AppSettings.checked({**dict(self), "kafka_config": kafka_config}, file_only)
+    def with_kafka_config(self, kafka_config: dict[str, Any]) -> AppSettings:
+        """A copy with ``kafka_config`` replaced (``laneway run --client-config``'s file over the
+        app's own), checked as ``App`` checks it: a ConfigError naming ``kafka_config``. No key is
+        held to the consumer's side: the app's own passed that check when it was built, its
+        client-config file's producer keys with them, and the file may be shared."""
+        return AppSettings.checked({**dict(self), "kafka_config": kafka_config}, kafka_config)
 
     @classmethod
     def checked(cls, fields: dict[str, Any], file_only: Collection[str] = ()) -> AppSettings:

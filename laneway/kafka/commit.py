@@ -34,7 +34,7 @@ from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.access import Ask, KafkaAccessError, as_access_error, producer_asks, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
-from laneway.kafka.producer import client_error, is_fence
+from laneway.kafka.producer import IDEMPOTENT, client_error, is_fence
 
 if TYPE_CHECKING:
     from laneway.kafka.hooks import SourceMetrics
@@ -418,7 +418,7 @@ def make_committer(
     """The committer for ``exactly_once`` (transactional) or not, with its producer of emitted
     records when ``producer_config`` is given (the outputs' producer: idempotent, ``acks=all``,
     ``linger.ms=5`` unless the config says otherwise)."""
-    pconf = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, **(producer_config or {})}
+    pconf = {**IDEMPOTENT, "linger.ms": 5, **(producer_config or {})}
     if exactly_once is not None:
         # A stable id per replica lets a restarted process fence its predecessor and abort
         # the transaction it left open; a fresh one leaves it to transaction.timeout.ms.

@@ -44,7 +44,7 @@ from laneway.errors import DeadLetterError, text_of
 from laneway.kafka import headers as h
 from laneway.kafka.access import DENIED, as_access_error, classify, producer_asks
 from laneway.kafka.logs import librdkafka_logger
-from laneway.kafka.producer import TOO_LARGE
+from laneway.kafka.producer import IDEMPOTENT, TOO_LARGE
 
 __all__ = ["LINGER_MS", "KafkaDeadLetters", "dead_letter_headers"]
 
@@ -246,7 +246,7 @@ class KafkaDeadLetters:
     """
 
     def __init__(self, config: dict[str, Any], *, timeout: float = 30.0) -> None:
-        defaults = {"enable.idempotence": True, "acks": "all", "message.timeout.ms": int(timeout * 1000)}
+        defaults = {**IDEMPOTENT, "message.timeout.ms": int(timeout * 1000)}
         self._conf = {**defaults, "linger.ms": LINGER_MS, **config}
         self.timeout = int(self._conf["message.timeout.ms"]) / 1000
         # one letter per request (module docstring)

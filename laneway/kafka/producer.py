@@ -60,7 +60,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import confluent_kafka
 
@@ -71,6 +71,7 @@ from laneway.kafka.partitioner import DefaultPartitioner, Partitioner
 from laneway.kafka.serde import Serde, SerdeName, resolve
 
 __all__ = [
+    "IDEMPOTENT",
     "TOO_LARGE",
     "Acks",
     "Batching",
@@ -89,6 +90,9 @@ logger = logging.getLogger(__name__)
 _CLIENT_LOG = librdkafka_logger("laneway.kafka.client.producer")  # librdkafka's lines (laneway.kafka.logs)
 
 #: the error codes of a record (or a request of records) over the producer's or the broker's size limit
+#: what Laneway's own producers (dead letters, outputs) set before ``producer_config``
+IDEMPOTENT: Final[dict[str, Any]] = {"enable.idempotence": True, "acks": "all"}
+
 TOO_LARGE = frozenset(
     {confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE}
 )

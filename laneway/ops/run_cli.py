@@ -137,9 +137,8 @@ def register(app: typer.Typer) -> None:
         if from_file := active():  # --client-config: over the app's own kafka_config
             secrets.remember(from_file)
             try:
-                # the app's keys passed App's check; its own file's producer keys stay taken
                 kafka_config = {**obj.settings.kafka_config, **from_file}
-                obj.settings = obj.settings.with_kafka_config(kafka_config, file_only=kafka_config)
+                obj.settings = obj.settings.with_kafka_config(kafka_config)
             except ConfigError as exc:  # group.id=... in the file: refused as App refuses it
                 typer.secho(f"error: --client-config: {exc}", err=True, fg=typer.colors.RED)
                 raise typer.Exit(2) from None

@@ -7,19 +7,17 @@ one release.
 letters) take only its connection and security settings (:func:`shared_client_config`), then
 ``producer_config``: librdkafka warns about every consumer property a producer is given.
 A producer property in ``kafka_config`` or a consumer property in ``producer_config`` is a
-``ConfigError`` when the app is built (:func:`librdkafka_refusal`).
+``ConfigError`` when the app is built (:func:`~laneway.kafka.config_check.librdkafka_refusal`),
+as is a value Laneway's producers refuse (they are idempotent; with exactly-once, transactional).
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from confluent_kafka import Consumer, KafkaException, Producer
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,9 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
 from laneway.errors import ConfigError
-from laneway.kafka import secrets
 from laneway.kafka.client_config import empty_broker_list
-from laneway.kafka.producer import IDEMPOTENT
+from laneway.kafka.config_check import librdkafka_refusal
 from laneway.kafka.secrets import redact
 
 __all__ = [
@@ -104,96 +101,6 @@ def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
     """The part of ``kafka_config`` Laneway's producers take: :data:`SHARED_KEYS` and the keys
     starting with one of :data:`SHARED_PREFIXES`. Producer settings go in ``producer_config``."""
     return {k: v for k, v in kafka_config.items() if k in SHARED_KEYS or k.startswith(SHARED_PREFIXES)}
-
-
-#: librdkafka's security protocols; a valid one is checked as plaintext (see librdkafka_refusal)
-_PROTOCOLS: Final[frozenset[str]] = frozenset({"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"})
-
-
-def librdkafka_refusal(config: dict[str, Any], *, consumer: bool, skip: Collection[str] = ()) -> str | None:
-    """What librdkafka says of ``config`` (an unknown property, a bad value), or None when it
-    takes it: a consumer (``kafka_config``) or a producer (``producer_config``) is built with it
-    and closed at once, in a few milliseconds, without connecting to anything. A setting of the
-    other kind of client (a producer's in ``kafka_config``) is refused too, unless its key is in
-    ``skip``.
-
-    Left out of the check, so that building the client has no side effects: the broker list
-    (no connection), the callables (an ``oauth_cb`` would be called), and the security: a valid
-    ``security.protocol`` is checked as plaintext, so no TLS files are loaded, no token is
-    fetched (an OIDC client fetches one when built), no ``kinit`` runs. Those settings' names
-    and values are still checked; their files and the login are checked when the app starts
-    (laneway.kafka.preflight)."""
-    conf = {
-        k: v
-        for k, v in config.items()
-        if k not in ("bootstrap.servers", "metadata.broker.list", "logger") and not callable(v)
-    }
-    if str(conf.get("security.protocol", "plaintext")).lower() in _PROTOCOLS:
-        conf["security.protocol"] = "plaintext"
-    try:
-        wrong_side = _wrong_side(conf, consumer=consumer)
-    except (KafkaException, TypeError, ValueError) as exc:  # TypeError, ValueError: the Python client's
-        said = secrets.refusal_text(exc, config)
-        if not consumer and "enable.idempotence" in said and "enable.idempotence" not in conf:
-            said += " (Laneway's producers are idempotent: they write each record once)"
-        return said
-    if wrong_side and skip:  # only the keys held to the rule: one more build, on this path only
-        conf = {k: v for k, v in conf.items() if k not in skip}
-        wrong_side = _wrong_side(conf, consumer=consumer)
-    if not wrong_side:
-        return None
-    key, name = _user_key(conf, wrong_side[0], consumer=consumer)
-    alias = f" (librdkafka's {name})" if name != key else ""
-    if consumer:
-        return f"{key!r}{alias} is a producer setting: give it in producer_config"
-    return f"{key!r}{alias} is a consumer setting: give it in kafka_config"
-
-
-#: librdkafka's CONFWARN line for a property the other kind of client takes; it names the
-#: property's own name, also when an alias of it was given (linger.ms: queue.buffering.max.ms)
-_WRONG_SIDE = re.compile(
-    r"Configuration property (\S+) is a (?:producer|consumer) property and will be ignored"
-)
-
-
-class _WrongSide(logging.Handler):
-    """Collects the properties librdkafka says the client it logs for ignores."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if m := _WRONG_SIDE.search(record.getMessage()):
-            self.names.append(m.group(1))
-
-
-def _wrong_side(conf: dict[str, Any], *, consumer: bool) -> list[str]:
-    """The properties of ``conf`` a consumer (``consumer``) or a producer built with it ignores,
-    as librdkafka names them: it logs them when the client is built, and a poll serves the lines."""
-    logger = logging.Logger("laneway.settings.check", logging.WARNING)
-    seen = _WrongSide()
-    logger.addHandler(seen)
-    if consumer:
-        client = Consumer({**conf, "group.id": "laneway-settings-check"}, logger=logger)
-        client.poll(0)
-        client.close()
-    else:  # as Laneway builds its producers: idempotent, so acks=0 is refused here, not at start
-        producer = Producer({**IDEMPOTENT, **conf}, logger=logger)  # freed when dropped
-        producer.poll(0)
-    return seen.names
-
-
-def _user_key(conf: dict[str, Any], name: str, *, consumer: bool) -> tuple[str, str]:
-    """The key of ``conf`` librdkafka's ``name`` stands for, and ``name``: the key itself, or
-    the alias the user wrote, found by building a client with each other key alone (only on
-    the way to an error)."""
-    if name in conf:
-        return name, name
-    for key, value in conf.items():
-        if key != "security.protocol" and name in _wrong_side({key: value}, consumer=consumer):
-            return key, name
-    return name, name
 
 
 #: the keywords App took before the policy objects: one release with a DeprecationWarning
@@ -291,7 +198,10 @@ class AppSettings(BaseModel):
         # the keys of App's client_config file are not held to the client's side: the file may be
         # one shared with the command lines' producers
         skip = (info.context or {}).get("file_only", set()) if info.field_name == "kafka_config" else set()
-        if v and (refusal := librdkafka_refusal(v, consumer=info.field_name == "kafka_config", skip=skip)):
+        # with exactly-once, the producers' settings are checked as the transactional one is built
+        eos = info.field_name == "producer_config" and info.data.get("exactly_once") is not None
+        consumer = info.field_name == "kafka_config"
+        if v and (refusal := librdkafka_refusal(v, consumer=consumer, skip=skip, transactional=eos)):
             raise ValueError(refusal)
         return v
 

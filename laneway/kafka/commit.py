@@ -34,7 +34,7 @@ from laneway.engine.processor import Processor
 from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.access import Ask, KafkaAccessError, as_access_error, producer_asks, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
-from laneway.kafka.producer import IDEMPOTENT, client_error, is_fence
+from laneway.kafka.producer import IDEMPOTENT, TRANSACTION_DEFAULTS, client_error, is_fence
 
 if TYPE_CHECKING:
     from laneway.kafka.hooks import SourceMetrics
@@ -425,7 +425,7 @@ def make_committer(
         pconf["transactional.id"] = (
             exactly_once.transactional_id or f"laneway-{group_id}-{uuid.uuid4().hex[:12]}"
         )
-        pconf.setdefault("transaction.timeout.ms", 10_000)
+        pconf = {**TRANSACTION_DEFAULTS, **pconf}
     if exactly_once is not None:
         if producer_config is None:
             raise ConfigError("exactly_once", "a transactional commit needs a producer_config")

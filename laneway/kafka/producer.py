@@ -73,6 +73,7 @@ from laneway.kafka.serde import Serde, SerdeName, resolve
 __all__ = [
     "IDEMPOTENT",
     "TOO_LARGE",
+    "TRANSACTION_DEFAULTS",
     "Acks",
     "Batching",
     "Compression",
@@ -89,10 +90,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 _CLIENT_LOG = librdkafka_logger("laneway.kafka.client.producer")  # librdkafka's lines (laneway.kafka.logs)
 
-#: the error codes of a record (or a request of records) over the producer's or the broker's size limit
 #: what Laneway's own producers (dead letters, outputs) set before ``producer_config``
 IDEMPOTENT: Final[dict[str, Any]] = {"enable.idempotence": True, "acks": "all"}
+#: the defaults of an exactly-once app's transactional producer (laneway.kafka.commit), under
+#: its ``producer_config``; the App's build-time check (laneway.settings) builds it with them
+TRANSACTION_DEFAULTS: Final[dict[str, Any]] = {"transaction.timeout.ms": 10_000}
 
+#: the error codes of a record (or a request of records) over the producer's or the broker's size limit
 TOO_LARGE = frozenset(
     {confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE}
 )

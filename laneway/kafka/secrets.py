@@ -89,7 +89,7 @@ def refusal_text(exc: BaseException, settings: Mapping[str, Any] | None = None) 
     it has no ``KafkaError``, else ``str(exc)`` (the Python client's ``TypeError`` or
     ``ValueError``), scrubbed of the secrets :func:`remember` noted, then of those of
     ``settings`` when given. The one way Laneway says librdkafka's error: a client's constructor
-    refusing its settings (the App's build-time check, :func:`laneway.settings.librdkafka_refusal`;
+    refusing its settings (the App's build-time check, :func:`laneway.kafka.config_check.librdkafka_refusal`;
     its start's, :mod:`laneway.kafka.preflight`; a client-config file's keys,
     :func:`laneway.kafka.client_config.load_client_config`) and a request failing (the command
     lines' last resort, :func:`laneway.ops.cli_common.tool_errors`; an admin request's

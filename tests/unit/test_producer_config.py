@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from laneway import App, ConfigError
+from laneway import App, ConfigError, ExactlyOnce
 from laneway.settings import shared_client_config
 
 CONSUMER_SIDE = {
@@ -142,6 +142,53 @@ def test_a_producer_setting_an_idempotent_producer_refuses_is_refused_when_the_a
 def test_acks_all_and_a_producer_without_idempotence_are_taken() -> None:
     App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"acks": -1})
     App("orders", bootstrap_servers="127.0.0.1:1", producer_config={"acks": 1, "enable.idempotence": False})
+
+
+@pytest.mark.parametrize("off", [False, "false", "F", 0, "0"], ids=repr)
+def test_exactly_once_with_a_producer_that_is_not_idempotent_is_refused_when_the_app_is_built(
+    off: object,
+) -> None:
+    """A transactional producer is idempotent: librdkafka refused enable.idempotence=false only
+    when the app started (a 54-line KafkaException out of the committer's producer)."""
+    with pytest.raises(ConfigError) as info:
+        App(
+            "orders",
+            bootstrap_servers="127.0.0.1:1",
+            exactly_once=ExactlyOnce(),
+            producer_config={"enable.idempotence": off, "acks": 1},
+        )
+    assert info.value.field == "producer_config"
+    assert str(info.value) == (
+        f"producer_config: exactly-once needs an idempotent producer: leave out enable.idempotence={off!r} "
+        "(the emitted records' producer is transactional, and so idempotent)"
+    )
+    App(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        exactly_once=ExactlyOnce(),
+        producer_config={"enable.idempotence": True},
+    )
+
+
+def test_exactly_once_checks_producer_config_as_the_transactional_producer_is_built() -> None:
+    """librdkafka holds a transactional producer's message.timeout.ms to its transaction.timeout.ms
+    (10 s, Laneway's default): a 30 s one failed at start too."""
+    slow = {"message.timeout.ms": 30_000}
+    App("orders", bootstrap_servers="127.0.0.1:1", producer_config=slow)  # no transaction: taken
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", exactly_once=ExactlyOnce(), producer_config=slow)
+    assert info.value.field == "producer_config"
+    assert str(info.value) == (
+        "producer_config: Failed to create producer: `message.timeout.ms` must be set <= "
+        "`transaction.timeout.ms` (with exactly_once, the emitted records' producer is transactional: "
+        "transaction.timeout.ms=10000 unless producer_config sets it)"
+    )
+    App(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        exactly_once=ExactlyOnce(),
+        producer_config={**slow, "transaction.timeout.ms": 30_000},
+    )
 
 
 def test_a_producer_setting_in_a_client_config_file_is_taken(tmp_path: Any) -> None:

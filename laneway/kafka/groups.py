@@ -57,6 +57,9 @@ class GroupState:
     #: per partition, the records finished beyond its committed offset, as Laneway's commit
     #: metadata names them (:mod:`laneway.engine.gaps`); absent without such metadata
     finished_beyond: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    #: per partition, the metadata of its committed offset as the broker keeps it (Laneway's
+    #: names the records finished beyond the offset); absent for a commit without metadata
+    metadata: Mapping[tuple[str, int], str] = field(default_factory=dict)
 
 
 #: answers that mean "ask again shortly": the coordinator moves, loads or is not chosen yet
@@ -120,8 +123,9 @@ def group_state(admin: AdminClient, group: str, *, timeout: float = 15.0) -> Gro
         for tp in parts
         if (n := _finished_beyond(tp.offset, tp.metadata)) is not None
     }
+    metadata = {(tp.topic, tp.partition): tp.metadata for tp in parts if tp.metadata}
     state = getattr(desc.state, "name", str(desc.state)).lower()
-    return GroupState(group, state, len(desc.members), tuple(assigned), committed, beyond)
+    return GroupState(group, state, len(desc.members), tuple(assigned), committed, beyond, metadata)
 
 
 def _text(err: confluent_kafka.KafkaError) -> str:

@@ -100,6 +100,10 @@ class ResetRow:
     #: (``after`` is the source group's offset): without it, the new group would start there
     #: from its ``auto.offset.reset``
     kept: bool = False
+    #: the commit metadata written with ``after``: a kept row's is the source group's, as is
+    #: (Laneway's names the records finished beyond the offset, which the new group then skips);
+    #: a moved row has none, since the source's named offsets beyond the old position
+    metadata: str | None = None
 
     def out_of_range(self) -> str | None:
         """One line saying where an offset asked for outside the partition moves, or None."""
@@ -171,7 +175,8 @@ def plan_reset(
     moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`).
     A ``new_group`` that already exists (members or committed offsets) is refused: its offsets
     would be overwritten, and those the plan leaves out would be read as its start. A new group
-    takes the source group's other committed offsets as they are (rows marked ``kept``)."""
+    takes the source group's other committed offsets as they are, with their metadata (rows
+    marked ``kept``); the partitions the reset names start at their new offset, nothing skipped."""
     gs = group_state(admin, group)
     if new_group is not None:
         check_new_group(admin, group, new_group)
@@ -219,15 +224,15 @@ def plan_reset(
         requested = after if moved != after and target.kind in ("offset", "shift") else None
         rows.append(ResetRow(tp[0], tp[1], before, moved, low, high, requested))
     if new_group is not None:
-        rows += _kept_rows(admin, gs.committed, set(tps))
+        rows += _kept_rows(admin, gs, set(tps))
     return ResetPlan(group, new_group or group, target, tuple(rows))
 
 
-def _kept_rows(
-    admin: AdminClient, committed: Mapping[tuple[str, int], int], named: set[tuple[str, int]]
-) -> list[ResetRow]:
-    """For a new group: the source group's committed offsets outside the reset, kept as they are
-    (a replay of one partition, or of one topic, replays nothing else)."""
+def _kept_rows(admin: AdminClient, gs: GroupState, named: set[tuple[str, int]]) -> list[ResetRow]:
+    """For a new group: the source group's committed offsets outside the reset, kept as they are,
+    with their metadata (a replay of one partition, or of one topic, replays nothing else: not
+    even the records the source group finished beyond its offsets)."""
+    committed = gs.committed
     rest = sorted(tp for tp in committed if tp not in named)
     if not rest:
         return []
@@ -236,7 +241,7 @@ def _kept_rows(
     for tp in rest:
         low, high = marks[tp]
         at = committed[tp]
-        rows.append(ResetRow(tp[0], tp[1], at, at, low, high, kept=True))
+        rows.append(ResetRow(tp[0], tp[1], at, at, low, high, kept=True, metadata=gs.metadata.get(tp)))
     return rows
 
 
@@ -257,15 +262,20 @@ def _offset_partitions(target: ResetTarget, tps: list[tuple[str, int]]) -> list[
     return sorted(set(chosen))
 
 
+def _written(row: ResetRow) -> TopicPartition:
+    """The commit ``row`` writes: its offset, with its metadata when it has some."""
+    if row.metadata is None:
+        return TopicPartition(row.topic, row.partition, row.after)
+    return TopicPartition(row.topic, row.partition, row.after, metadata=row.metadata)
+
+
 def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
     """Write the plan's offsets to its target group (refused while it has live members) and
     return the plan with ``before`` as it was just before writing."""
     current = check_no_live_members(admin, plan.target_group)
     if not plan.rows:
         return plan
-    req = ConsumerGroupTopicPartitions(
-        plan.target_group, [TopicPartition(r.topic, r.partition, r.after) for r in plan.rows]
-    )
+    req = ConsumerGroupTopicPartitions(plan.target_group, [_written(r) for r in plan.rows])
     ask = Ask("commit offsets to", "group", plan.target_group, "Read")
     res = future_result(
         admin.alter_consumer_group_offsets([req])[plan.target_group],

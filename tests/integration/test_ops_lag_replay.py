@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -14,6 +16,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from laneway import App, Event, Timeouts
+from laneway.engine import gaps
 from laneway.kafka.producer import Producer
 from tests.integration.test_ops_cli import invoke, one_line_error
 from tests.kafka_ready import commit_for
@@ -225,6 +229,52 @@ def test_replay_one_partition_into_a_new_group_keeps_the_others(
     )
     assert committed(kafka_admin, fresh) == {0: 2, 1: 10}
     assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
+def commits(admin: AdminClient, group: str) -> dict[int, tuple[int, str | None]]:
+    """The group's committed offsets with their metadata (None for none)."""
+    req = confluent_kafka.ConsumerGroupTopicPartitions(group)
+    res = admin.list_consumer_group_offsets([req])[group].result(30)
+    return {tp.partition: (tp.offset, tp.metadata or None) for tp in res.topic_partitions or []}
+
+
+def test_replay_into_a_new_group_keeps_what_the_group_finished_beyond_the_kept_offsets(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """A kept partition's commit goes to the new group with its metadata, so the new group skips
+    the records the group had finished beyond its offset; the partition replayed starts at its new
+    offset with none, and skips nothing. Counted per record: the new group processes 12, not 15
+    (the kept offset without its metadata redid 3 finished records of p1)."""
+    p0 = gaps.encode(4, {6, 7})  # finished beyond 4 on p0: the replay from 2 must redo them
+    p1 = gaps.encode(3, {4, 5, 8})  # finished beyond 3 on p1: the new group must skip them
+    commit(
+        kafka_bootstrap,
+        group_id,
+        [TopicPartition(consumed, 0, 4, metadata=p0), TopicPartition(consumed, 1, 3, metadata=p1)],
+    )
+    fresh = f"{group_id}-meta"
+    moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", "0:2", "--new-group", fresh)
+    assert moved.exit_code == 0, moved.output
+    assert commits(kafka_admin, fresh) == {0: (2, None), 1: (3, p1)}
+    assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (3, p1)}
+
+    seen: Counter[tuple[int, int]] = Counter()
+    lock = threading.Lock()
+    app = App(
+        "replayed",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=fresh,
+        timeouts=Timeouts(commit_interval=0.2, shutdown=2, revoke=1),
+    )
+
+    @app.handler(consumed, on_failure="halt")
+    def count(ev: Event) -> None:
+        with lock:
+            seen[(ev.partition, ev.offset)] += 1
+
+    assert app.run_until(lambda: committed(kafka_admin, fresh) == {0: 10, 1: 10}, timeout=60)
+    assert seen == Counter([(0, o) for o in range(2, 10)] + [(1, o) for o in (3, 6, 7, 9)])
+    assert app.processor is not None and app.processor.skipped() == 3
 
 
 def test_replay_new_group_refuses_a_group_that_exists(

@@ -3,8 +3,12 @@ row says what was asked for, so the command warns (fakes stand in for the broker
 
 from __future__ import annotations
 
-import pytest
+from concurrent.futures import Future
 
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from laneway.engine import gaps
 from laneway.kafka import replay
 from laneway.kafka.admin import InvalidInputError
 from laneway.kafka.groups import GroupState
@@ -71,3 +75,39 @@ def test_a_new_group_that_exists_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
         plan_reset(object(), "shop", ResetTarget.earliest(), new_group="shop")
     plan = plan_reset(object(), "shop", ResetTarget.earliest(), new_group="shop-replay-2")
     assert plan.target_group == "shop-replay-2" and [r.after for r in plan.rows] == [5, 0]
+
+
+def test_a_new_group_keeps_the_commit_metadata_of_the_partitions_the_reset_does_not_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kept row carried the offset without the metadata naming the records finished beyond it,
+    so the new group redid them; a moved row has none (it named offsets beyond the old position)."""
+    finished = {("orders", 0): gaps.encode(7, {8, 9}), ("orders", 1): gaps.encode(10, {12})}
+    state = GroupState("shop", "Empty", 0, (), {("orders", 0): 7, ("orders", 1): 10}, metadata=finished)
+    states = {"shop": state, "shop-replay": GroupState("shop-replay", "Dead", 0, (), {})}
+    monkeypatch.setattr(replay, "group_state", lambda admin, group: states[group])
+    plan = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 6}), new_group="shop-replay")
+    assert [(r.partition, r.after, r.kept, r.metadata) for r in plan.rows] == [
+        (0, 6, False, None),
+        (1, 10, True, finished[("orders", 1)]),
+    ]
+    # the same reset of the group itself writes its named partition only, without metadata
+    own = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 7}))
+    assert [(r.partition, r.after, r.metadata) for r in own.rows] == [(0, 7, None)]
+
+    written: list[TopicPartition] = []
+
+    class Admin:
+        def alter_consumer_group_offsets(self, reqs: list[ConsumerGroupTopicPartitions]) -> dict[str, Future]:
+            (req,) = reqs
+            written.extend(req.topic_partitions)
+            done: Future = Future()
+            done.set_result(ConsumerGroupTopicPartitions(req.group_id, req.topic_partitions))
+            return {req.group_id: done}
+
+    applied = replay.apply_reset(Admin(), plan)  # type: ignore[arg-type]
+    assert [(tp.partition, tp.offset, tp.metadata) for tp in written] == [
+        (0, 6, None),
+        (1, 10, finished[("orders", 1)]),
+    ]
+    assert [r.metadata for r in applied.rows] == [None, finished[("orders", 1)]]

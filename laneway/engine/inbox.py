@@ -39,10 +39,15 @@ from functools import partial
 
 from laneway.engine.lanes import Lane
 
-__all__ = ["WAIT", "DueLanes", "Inbox"]
+__all__ = ["LOOK", "WAIT", "DueLanes", "Inbox"]
 
 #: the longest a lane waits for a submit before the timer hands it to the workers (s)
 WAIT = 0.02
+
+#: while submits take the lanes, the timer looks for late ones this often (s), not at each
+#: lane's :data:`WAIT`: each look takes the GIL from the consumer thread (about 50 looks a
+#: second at 3% of records failing once, each costing the consumer a hand-off)
+LOOK = 0.2
 
 
 class Inbox:
@@ -52,7 +57,7 @@ class Inbox:
     timer's clock; ``to_workers`` dispatches lanes to the worker pools.
     """
 
-    __slots__ = ("_armed", "_clock", "_lanes", "_schedule", "_to_workers", "wait")
+    __slots__ = ("_armed", "_clock", "_lanes", "_schedule", "_slack", "_taken", "_to_workers", "look", "wait")
 
     def __init__(
         self,
@@ -60,28 +65,32 @@ class Inbox:
         clock: Callable[[], float],
         to_workers: Callable[[list[Lane]], None],
         wait: float = WAIT,
+        look: float = LOOK,
     ) -> None:
         self._schedule, self._clock, self._to_workers = schedule, clock, to_workers
         self._lanes: deque[tuple[float, Lane]] = deque()  # (when put, lane), oldest first
         self._armed = False  # a flush is scheduled
-        self.wait = wait
+        self._taken = False  # a submit took lanes since the last flush
+        self._slack = False  # the last flush saw submits take lanes: the next one looks later
+        self.wait, self.look = wait, look
 
     def __len__(self) -> int:
         return len(self._lanes)
 
     def put(self, lane: Lane) -> None:
         """Leave ``lane`` for the next submit; the timer flushes it after :attr:`wait` if no
-        submit takes it first."""
+        submit takes it first, or at its next look (:attr:`look`) while submits take lanes."""
         now = self._clock()
         self._lanes.append((now, lane))
         if not self._armed:  # read after the append: a flush that cleared it sees this lane
             self._armed = True
-            self._schedule(now + self.wait, self._flush)
+            self._schedule(now + (self.look if self._slack else self.wait), self._flush)
 
     def take(self) -> list[Lane]:
         """Every lane waiting (atomic pops: a lane is taken once, by one thread)."""
         out: list[Lane] = []
         lanes = self._lanes
+        self._taken = True
         while True:
             try:
                 out.append(lanes.popleft()[1])
@@ -89,9 +98,12 @@ class Inbox:
                 return out
 
     def _flush(self) -> None:
-        """Hand the lanes that waited :attr:`wait` to the workers; arm again for the others."""
+        """Hand the lanes that waited :attr:`wait` to the workers; arm again for the others, at
+        :attr:`look` from now while submits take lanes (they will take these too)."""
+        self._slack, self._taken = self._taken, False
         self._armed = False  # before taking: a put after this arms a flush of its own
-        old = self._clock() - self.wait
+        now = self._clock()
+        old = now - self.wait
         lanes, out = self._lanes, []
         while True:
             try:
@@ -101,7 +113,8 @@ class Inbox:
             if item[0] > old:  # the oldest left is young: back in front, and wait for it
                 lanes.appendleft(item)
                 self._armed = True
-                self._schedule(item[0] + self.wait, self._flush)
+                at = item[0] + self.wait
+                self._schedule(max(at, now + self.look) if self._slack else at, self._flush)
                 break
             out.append(item[1])
         if out:
@@ -115,7 +128,19 @@ class DueLanes:
     ready off the submitting thread (it is called with the lanes the timer takes).
     """
 
-    __slots__ = ("_armed", "_clock", "_heap", "_lock", "_ready", "_schedule", "_seq", "wait")
+    __slots__ = (
+        "_armed",
+        "_clock",
+        "_heap",
+        "_lock",
+        "_ready",
+        "_schedule",
+        "_seq",
+        "_slack",
+        "_taken",
+        "look",
+        "wait",
+    )
 
     def __init__(
         self,
@@ -123,13 +148,16 @@ class DueLanes:
         clock: Callable[[], float],
         ready: Callable[[list[Lane]], None],
         wait: float = WAIT,
+        look: float = LOOK,
     ) -> None:
         self._schedule, self._clock, self._ready = schedule, clock, ready
         self._heap: list[tuple[float, int, list[Lane]]] = []  # (due, order, lanes)
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._armed: float | None = None  # when the next sweep is due, if one is scheduled
-        self.wait = wait
+        self._taken = False  # a submit looked for due lanes since the last sweep
+        self._slack = False  # the last sweep saw submits look: the next one comes at a look
+        self.wait, self.look = wait, look
 
     def __len__(self) -> int:
         """Parked groups of lanes (not lanes)."""
@@ -137,10 +165,13 @@ class DueLanes:
 
     def park(self, due: float, lanes: list[Lane]) -> None:
         """Keep ``lanes`` until ``due``: the first :meth:`take` at or after it returns them, or
-        the timer's sweep makes them ready :attr:`wait` after it."""
+        the timer's sweep makes them ready :attr:`wait` after it; while submits look for due
+        lanes, the sweep comes at most every :attr:`look` (they take them meanwhile)."""
         at = due + self.wait
         with self._lock:
             heapq.heappush(self._heap, (due, next(self._seq), lanes))
+            if self._slack:
+                at = max(at, self._clock() + self.look)
             # a retry may be due before those parked earlier (a shorter backoff): its own sweep
             arm = self._armed is None or at < self._armed
             if arm:
@@ -152,6 +183,7 @@ class DueLanes:
         """The lanes due now, in due order (none without a look at the lock when none is)."""
         heap = self._heap
         now = self._clock()
+        self._taken = True
         try:
             if heap[0][0] > now:
                 return []
@@ -174,15 +206,21 @@ class DueLanes:
     def _sweep(self, at: float) -> None:
         """On the timer: make ready what no submit took within :attr:`wait` of its due time;
         the sweep last armed (due ``at``) schedules the next one while any lane is parked (an
-        earlier one, overtaken by a sooner due time, only sweeps)."""
+        earlier one, overtaken by a sooner due time, only sweeps), at :attr:`look` from now
+        at the soonest while submits look for due lanes."""
         late: list[Lane] = []
         nxt: float | None = None
         with self._lock:
-            heap, old = self._heap, self._clock() - self.wait
+            self._slack, self._taken = self._taken, False
+            now = self._clock()
+            heap, old = self._heap, now - self.wait
             while heap and heap[0][0] <= old:
                 late.extend(heapq.heappop(heap)[2])
             if at == self._armed:
-                nxt = self._armed = heap[0][0] + self.wait if heap else None
+                nxt = heap[0][0] + self.wait if heap else None
+                if nxt is not None and self._slack:
+                    nxt = max(nxt, now + self.look)
+                self._armed = nxt
         if nxt is not None:
             self._schedule(nxt, partial(self._sweep, nxt))
         if late:

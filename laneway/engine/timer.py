@@ -26,6 +26,9 @@ class Timer:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
+        #: when the sleeping thread wakes by itself (-inf while it is awake: it reads the heap
+        #: before it sleeps again, so a sooner entry needs no wake-up then)
+        self._wakes_at = float("-inf")
         self._thread = threading.Thread(target=self._run, name="laneway-timer", daemon=True)
 
     def start(self) -> None:
@@ -38,20 +41,22 @@ class Timer:
     def schedule(self, due: float, fn: Callable[[], None]) -> None:
         with self._cond:
             heapq.heappush(self._heap, (due, next(self._seq), fn))
-            if self._heap[0][2] is fn:
+            # wake the thread only for an entry due before it wakes anyway: each wake-up takes
+            # the GIL from whichever thread holds it
+            if self._heap[0][2] is fn and due < self._wakes_at:
                 self._cond.notify()
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._stopped:
-                    if self._heap:
-                        wait = self._heap[0][0] - self._clock()
-                        if wait <= 0:
-                            break
-                        self._cond.wait(min(wait, 1.0))
-                    else:
-                        self._cond.wait(1.0)
+                    now = self._clock()
+                    wait = min(self._heap[0][0] - now, 1.0) if self._heap else 1.0
+                    if wait <= 0:
+                        break
+                    self._wakes_at = now + wait
+                    self._cond.wait(wait)
+                    self._wakes_at = float("-inf")
                 if self._stopped:
                     return
                 _, _, fn = heapq.heappop(self._heap)

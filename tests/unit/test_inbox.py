@@ -47,22 +47,51 @@ def lane(name: str) -> Lane:
 def test_a_lane_put_is_taken_once_by_a_submit_or_flushed_to_the_workers_after_the_wait() -> None:
     timer = FakeTimer()
     flushed: list[list[Lane]] = []
-    inbox = Inbox(timer.schedule, lambda: timer.now, flushed.append, wait=0.01)
+    inbox = Inbox(timer.schedule, lambda: timer.now, flushed.append, wait=1.0, look=4.0)
     a, b, c = lane("a"), lane("b"), lane("c")
     inbox.put(a)
     inbox.put(b)
     assert len(timer.due) == 1  # one flush armed for both
     assert inbox.take() == [a, b] and inbox.take() == []
-    timer.advance(0.01)  # the flush finds nothing: the submit took them
+    timer.advance(1.0)  # (1) the flush finds nothing: the submit took them
     assert flushed == []
-    inbox.put(c)  # armed again
-    timer.advance(0.005)
-    inbox.put(a)  # a lane put late in the wait gets a whole wait of its own
+    inbox.put(c)  # armed again, at the next look: submits were taking lanes
+    assert [due for due, _ in timer.due] == [5.0]
+    timer.advance(3.0)  # (4) c has waited past the wait, but the timer looks at 5 only
+    assert flushed == [] and len(inbox) == 1
+    timer.advance(1.0)  # (5) no submit took it: to the workers, and the next flush is at the wait
+    assert flushed == [[c]]
+    inbox.put(a)
+    timer.advance(0.5)
+    inbox.put(b)  # a lane put late in the wait gets a whole wait of its own
+    assert flushed == [[c]]
+    timer.advance(0.5)  # (6)
+    assert flushed == [[c], [a]] and len(inbox) == 1
+    timer.advance(0.5)
+    assert flushed == [[c], [a], [b]] and len(inbox) == 0
+
+
+def test_while_submits_take_lanes_the_timer_looks_only_every_look() -> None:
+    """A stream of lanes the submits take (a dead letter's acknowledgement each few
+    milliseconds): the flushes come a look apart, not a wait apart, and find nothing."""
+    timer = FakeTimer()
+    flushed: list[list[Lane]] = []
+    inbox = Inbox(timer.schedule, lambda: timer.now, flushed.append, wait=1.0, look=8.0)
+    fired: list[float] = []  # the flushes armed
+    schedule = timer.schedule
+
+    def counting(due: float, fn: Callable[[], None]) -> None:
+        fired.append(due)
+        schedule(due, fn)
+
+    inbox._schedule = counting  # type: ignore[misc]
+    for step in range(40):
+        inbox.put(lane(str(step)))
+        assert len(inbox.take()) == 1
+        timer.advance(0.5)
     assert flushed == []
-    timer.advance(0.005)
-    assert flushed == [[c]] and len(inbox) == 1
-    timer.advance(0.005)
-    assert flushed == [[c], [a]] and len(inbox) == 0
+    # the first at the wait, then a look apart: 4 flushes armed in 20 s (a wait apart: 20)
+    assert fired == [1.0, 9.0, 17.0, 25.0]
 
 
 def test_lanes_put_from_many_threads_are_each_taken_exactly_once() -> None:
@@ -134,6 +163,49 @@ def test_a_lane_due_before_those_parked_earlier_is_swept_at_its_own_due_time() -
     assert len(timer.due) == 2  # the slow one's first sweep, and the chain's next (the same time)
     timer.advance(0.1)
     assert ready == [[fast], [slow]] and len(due) == 0 and timer.due == []
+
+
+def test_while_submits_take_retries_the_sweeps_come_a_look_apart_and_a_stall_holds_one_a_look_at_most() -> (
+    None
+):
+    """A stream of retries (one each half second, due a quarter second later) that the submits
+    take: the sweeps come a look apart, not a wait after each due time, and make nothing ready.
+    Once the submits stop, a parked retry is made ready by the next sweep: at most a look and
+    a wait past its due time; after a sweep that saw no submit, a wait past it again."""
+    timer, ready = FakeTimer(), []
+    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=1.0, look=8.0)
+    armed: list[float] = []
+    schedule = timer.schedule
+
+    def counting(at: float, fn: Callable[[], None]) -> None:
+        armed.append(at)
+        schedule(at, fn)
+
+    due._schedule = counting  # type: ignore[misc]
+    for step in range(40):
+        mine = lane(str(step))
+        due.park(timer.now + 0.25, [mine])
+        timer.advance(0.5)
+        assert due.take() == [mine]
+    assert ready == []
+    # 4 sweeps armed in 20 s, a look apart (a fake timer's callback sees the time it advanced to)
+    assert armed == [1.25, 9.5, 17.5, 25.5]
+    stalled = lane("stalled")
+    due.park(timer.now + 0.25, [stalled])  # (20) and no submit comes again
+    timer.advance(5.0)
+    assert ready == [] and len(due) == 1
+    timer.advance(0.5)  # (25.5) the look: late, made ready
+    assert ready == [[stalled]] and len(due) == 0
+    later, last = lane("later"), lane("last")
+    timer.advance(0.5)
+    due.park(timer.now + 0.25, [later])  # (26) the last sweep saw submits: the next at a look
+    assert armed[-1] == 34.0
+    timer.advance(8.0)
+    assert ready == [[stalled], [later]]
+    due.park(timer.now + 0.25, [last])  # (34) the sweep saw none: a wait past its due time
+    assert armed[-1] == 35.25
+    timer.advance(1.25)
+    assert ready == [[stalled], [later], [last]] and len(due) == 0
 
 
 def test_a_submitter_going_idle_hands_every_parked_lane_to_the_timer_at_its_due_time() -> None:

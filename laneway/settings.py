@@ -182,7 +182,7 @@ class AppSettings(BaseModel):
     #: the consumers' librdkafka settings; the producers take only its shared ones
     kafka_config: dict[str, Any] = Field(default_factory=dict)
     #: the producers' librdkafka settings, over the shared ones of ``kafka_config``
-    producer_config: dict[str, Any] = Field(default_factory=dict)
+    producer_config: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     #: None: no spans (docs/tracing.md)
     tracing: InstanceOf[Tracing] | None = None
 
@@ -198,11 +198,16 @@ class AppSettings(BaseModel):
         # the keys of App's client_config file are not held to the client's side: the file may be
         # one shared with the command lines' producers
         skip = (info.context or {}).get("file_only", set()) if info.field_name == "kafka_config" else set()
-        # with exactly-once, the producers' settings are checked as the transactional one is built
+        # with exactly-once, the producers' settings are checked as the transactional one is built,
+        # with kafka_config's shared ones (a socket.timeout.ms above its transaction timeout)
         eos = info.field_name == "producer_config" and info.data.get("exactly_once") is not None
         consumer = info.field_name == "kafka_config"
         if v and (refusal := librdkafka_refusal(v, consumer=consumer, skip=skip, transactional=eos)):
             raise ValueError(refusal)
+        shared = shared_client_config(info.data.get("kafka_config") or {}) if eos else {}
+        if shared and (refusal := librdkafka_refusal({**shared, **v}, consumer=False, transactional=True)):
+            keys = ", ".join(sorted(shared))
+            raise ValueError(f"{refusal} (the producers take kafka_config's {keys} too)")
         return v
 
     @field_validator("consumers", "concurrency", mode="before")

@@ -191,6 +191,29 @@ def test_exactly_once_checks_producer_config_as_the_transactional_producer_is_bu
     )
 
 
+def test_exactly_once_checks_kafka_configs_shared_settings_with_the_transactional_producer() -> None:
+    """kafka_config's shared settings reach the producers too: a socket.timeout.ms above the
+    transaction timeout (10 s) passed the build and failed the start (a review)."""
+    sockets = {"socket.timeout.ms": 30_000}
+    App("orders", bootstrap_servers="127.0.0.1:1", kafka_config=sockets)  # no transaction: taken
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", exactly_once=ExactlyOnce(), kafka_config=sockets)
+    assert info.value.field == "producer_config"
+    assert str(info.value) == (
+        "producer_config: Failed to create producer: `socket.timeout.ms` must be set <= "
+        "`transaction.timeout.ms` + 100 (with exactly_once, the emitted records' producer is "
+        "transactional: transaction.timeout.ms=10000 unless producer_config sets it) "
+        "(the producers take kafka_config's socket.timeout.ms too)"
+    )
+    App(
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        exactly_once=ExactlyOnce(),
+        kafka_config=sockets,
+        producer_config={"transaction.timeout.ms": 60_000},
+    )
+
+
 def test_a_producer_setting_in_a_client_config_file_is_taken(tmp_path: Any) -> None:
     """A client-config file may be shared with the command lines' producers (`dlq redrive`): its
     producer keys are not refused by App, only those given in kafka_config itself."""

@@ -111,11 +111,12 @@ class FailurePaths:
         heads under one lock and park together (:meth:`_retry`). ``safe``: an
         error of the engine's own halts instead of raising (:meth:`after_safe`)."""
         retries: list[tuple[float, Lane, PartitionState]] = []
+        tally: dict[tuple[str, str], int] = {}  # the failed attempts, counted once each (topic, error)
         try:
             while failed:
                 lane, ev, state, err = failed.pop(0)
                 try:
-                    backoff = self._failed(lane, ev, state, err)
+                    backoff = self._failed(lane, ev, state, err, tally)
                 except Exception as exc:
                     if not safe:
                         raise
@@ -126,19 +127,50 @@ class FailurePaths:
         finally:
             if retries:
                 self._retry(retries)
+            if tally:
+                self._count(tally, retries)
 
-    def _failed(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException) -> float | None:
+    def _count(
+        self, tally: dict[tuple[str, str], int], retries: list[tuple[float, Lane, PartitionState]]
+    ) -> None:
+        """The metrics of :meth:`after_failures`' attempts: the failed ones (``tally``, per topic
+        and error type) and the ``retries``, one call per topic (each increment takes a lock)."""
+        metrics = self.metrics
+        for (topic, error_type), n in tally.items():
+            metrics.failed_attempt(topic, error_type, n)
+        if retries:
+            per_topic: dict[str, int] = {}
+            for _, lane, _ in retries:
+                per_topic[lane.spec.topic] = per_topic.get(lane.spec.topic, 0) + 1
+            for topic, n in per_topic.items():
+                metrics.retried(topic, n)
+
+    def _failed(
+        self,
+        lane: Lane,
+        ev: Event,
+        state: PartitionState,
+        err: BaseException,
+        tally: dict[tuple[str, str], int] | None = None,
+    ) -> float | None:
         """A failed attempt: its backoff when it is to be retried (the caller parks it), else
-        None once its dead letter is on its way or the engine halts."""
+        None once its dead letter is on its way or the engine halts. With ``tally``, the attempt
+        is counted there (the caller counts them all at once) and its retry by the caller."""
         now = self._clock()
         ev.first_failure = ev.first_failure or now
         ev.last_failure = now
-        self.metrics.failed_attempt(ev.topic, type(cause_of(err)).__name__)
+        error_type = type(cause_of(err)).__name__
+        if tally is None:
+            self.metrics.failed_attempt(ev.topic, error_type)
+        else:
+            key = (ev.topic, error_type)
+            tally[key] = tally.get(key, 0) + 1
         action = decide(lane.spec, ev, err)
         if action == "retry":
             backoff = lane.spec.retry.backoff(ev.attempt)
             ev.attempt += 1
-            self.metrics.retried(ev.topic)
+            if tally is None:
+                self.metrics.retried(ev.topic)
             return backoff
         if not isinstance(err, Exception):
             logger.error(

@@ -20,11 +20,11 @@ class Metrics(Protocol):
         ``timestamp_ms``: the Kafka timestamp of one of them (a sample: the run's middle one),
         for the event-time-to-done histogram; 0 when unknown."""
 
-    def failed_attempt(self, topic: str, error_type: str) -> None:
-        """A handler attempt raised."""
+    def failed_attempt(self, topic: str, error_type: str, n: int = 1) -> None:
+        """``n`` handler attempts raised (a run's failures are counted in one call)."""
 
-    def retried(self, topic: str) -> None:
-        """An event was scheduled for another attempt."""
+    def retried(self, topic: str, n: int = 1) -> None:
+        """``n`` events were scheduled for another attempt."""
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         """An event went to the dead-letter topic (``reason``: handler or deserialize)."""
@@ -42,10 +42,10 @@ class NoopMetrics:
     def processed(self, topic: str, seconds: list[float], timestamp_ms: int = 0) -> None:
         pass
 
-    def failed_attempt(self, topic: str, error_type: str) -> None:
+    def failed_attempt(self, topic: str, error_type: str, n: int = 1) -> None:
         pass
 
-    def retried(self, topic: str) -> None:
+    def retried(self, topic: str, n: int = 1) -> None:
         pass
 
     def dead_lettered(self, topic: str, reason: str) -> None:

@@ -265,18 +265,18 @@ class PrometheusMetrics(SourceMetrics):
         """Successes so far for ``topic`` (a scrape-time sum)."""
         return int(self._processed.totals().get(topic, [0.0])[0])
 
-    def failed_attempt(self, topic: str, error_type: str) -> None:
+    def failed_attempt(self, topic: str, error_type: str, n: int = 1) -> None:
         # the labelled child looked up once (``labels`` takes a lock and costs 1.4 us a call)
         child = self._children.get((topic, error_type))
         if child is None:
             child = self._children[(topic, error_type)] = self.failures.labels(topic, error_type)
-        child.inc()
+        child.inc(n)
 
-    def retried(self, topic: str) -> None:
+    def retried(self, topic: str, n: int = 1) -> None:
         child = self._children.get(topic)
         if child is None:
             child = self._children[topic] = self.retries.labels(topic)
-        child.inc()
+        child.inc(n)
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         child = self._children.get(("dead_letters", topic, reason))

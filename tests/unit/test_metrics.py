@@ -115,3 +115,46 @@ def test_skipped_records_counter_reads_the_engine_and_commit_and_rebalance_serie
     s = _samples(metrics)
     assert s["laneway_skipped_records_total{}"] == 42
     assert s["laneway_commits_total{result=failed}"] == 1
+
+
+def test_a_batchs_failed_attempts_and_retries_are_counted_one_by_one_in_one_call_each() -> None:
+    """The processor counts a direct run's failures in one call per topic and error type
+    (each increment takes a lock): 40 failing records (of 1,000 keys) of two kinds, 20 of them retried and 20
+    dead-lettered at once, count 40 failed attempts by type, 20 retries and 20 dead letters."""
+    from laneway.engine.events import Event
+    from laneway.engine.handlers import HandlerSpec
+    from laneway.engine.policies import Retry
+    from laneway.engine.processor import Processor
+    from tests.unit.test_processor import FakeDeadLetters
+
+    def handle(ev: Event) -> None:
+        if ev.offset >= 1000 and ev.attempt == 1 and ev.offset % 25 == 3:
+            raise (KeyError if ev.offset % 2 else ValueError)("fails")
+
+    metrics = PrometheusMetrics()
+    spec = HandlerSpec(
+        topic="t",
+        fn=handle,
+        retry=Retry(max_attempts=2, initial_backoff=0.001, jitter=0, retry_on=(ValueError,)),
+        dead_letter_topic="t.dlq",
+    )
+    proc = Processor({"t": spec}, concurrency=4, dead_letters=FakeDeadLetters(), metrics=metrics)
+    try:
+        proc.assign([("t", 0)])
+        # the first 1,000 records clean: the handler is measured cheap, and the failing ones run
+        # on this thread, each batch's failures counted together
+        for start in range(0, 2000, 200):
+            if start == 1000:
+                assert proc.drain(10)
+            proc.submit([Event("t", 0, o, b"k%d" % o, b"v", size=1) for o in range(start, start + 200)])
+        assert proc.drain(10)
+    finally:
+        proc.close()
+    got = _samples(metrics)
+    failing = [o for o in range(1000, 2000) if o % 25 == 3]
+    keyerrors = sum(1 for o in failing if o % 2)
+    assert len(failing) == 40 and keyerrors == 20
+    assert got["laneway_handler_failures_total{topic=t,type=KeyError}"] == keyerrors
+    assert got["laneway_handler_failures_total{topic=t,type=ValueError}"] == len(failing) - keyerrors
+    assert got["laneway_retries_total{topic=t}"] == len(failing) - keyerrors
+    assert got["laneway_dead_letters_total{reason=handler,topic=t}"] == keyerrors

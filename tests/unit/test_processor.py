@@ -244,8 +244,8 @@ def test_an_undeserializable_value_is_counted_under_the_deserializer_s_error_typ
     failures: list[tuple[str, str]] = []
 
     class Recording(NoopMetrics):
-        def failed_attempt(self, topic: str, error_type: str) -> None:
-            failures.append((topic, error_type))
+        def failed_attempt(self, topic: str, error_type: str, n: int = 1) -> None:
+            failures.extend([(topic, error_type)] * n)
 
     spec = HandlerSpec(topic="t", fn=lambda ev: None, deserializer=orjson.loads)
     proc = Processor({"t": spec}, concurrency=2, dead_letters=FakeDeadLetters(), metrics=Recording())

@@ -67,9 +67,10 @@ class OffsetTracker:
             return i
         return bisect_left(all_, offset, head)
 
-    def done_many(self, offsets: list[int]) -> None:
-        """:meth:`done` for each of ``offsets`` (each added, not yet done): in increasing order
-        for a batch's run, in any order for a run of lanes (each lane's in turn)."""
+    def done_many(self, offsets: list[int], increasing: bool = False) -> None:
+        """:meth:`done` for each of ``offsets`` (each added, not yet done), in any order (a run
+        of lanes lists each lane's in turn). ``increasing``: they are in increasing order (a
+        batch's run), so runs of consecutive ones are marked by slices."""
         all_, head, n = self._offsets, self._head, len(offsets)
         if not n:
             return
@@ -90,8 +91,11 @@ class OffsetTracker:
             marks[i : i + n] = b"\x01" * n  # consecutive entries: one slice
         elif all_[-1] - all_[head] == len(all_) - 1 - head:
             shift = all_[head] - head  # no gap from the head on: an entry is its offset less this
-            for offset in offsets:
-                marks[offset - shift] = 1
+            if increasing:
+                _mark_runs(marks, offsets, shift)
+            else:
+                for offset in offsets:
+                    marks[offset - shift] = 1
         else:
             index = self._index
             for offset in offsets:
@@ -187,3 +191,36 @@ class OffsetTracker:
             return None
         self._last_committed = pos
         return pos
+
+
+#: :func:`_mark_runs` marks this many runs of consecutive offsets by slices, then one by one
+_RUNS = 16
+
+
+def _mark_runs(marks: bytearray, offsets: list[int], shift: int) -> None:
+    """Mark ``offsets`` (increasing: the bisection relies on it) finished, entry
+    ``offset - shift`` each: a slice per run of consecutive offsets, each run's end found by
+    bisection (a batch's records past a failure are a few runs: the failures and their keys'
+    later records left out), and one by one past :data:`_RUNS` runs (offsets scattered among
+    other lanes' are runs of one or two)."""
+    n = len(offsets)
+    a = 0
+    for _ in range(_RUNS):
+        if a >= n:
+            return
+        base = offsets[a] - a  # offsets[b] - b == base while the run from a goes on
+        lo, hi = a, n - 1
+        if offsets[hi] - hi != base:
+            while lo < hi:  # the last b of the run: offsets[b] - b only grows
+                mid = (lo + hi + 1) // 2
+                if offsets[mid] - mid == base:
+                    lo = mid
+                else:
+                    hi = mid - 1
+        else:
+            lo = hi
+        start = offsets[a] - shift
+        marks[start : start + lo - a + 1] = b"\x01" * (lo - a + 1)
+        a = lo + 1
+    for offset in offsets[a:]:
+        marks[offset - shift] = 1

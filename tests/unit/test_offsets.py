@@ -116,7 +116,7 @@ def test_runs_added_and_finished_together_keep_the_rule(
         elif unfinished:
             # finish some of what is in process, in increasing order (a direct run's prefix is)
             picked = sorted(data.draw(st.lists(st.sampled_from(unfinished), min_size=1, unique=True)))
-            tracker.done_many(picked)
+            tracker.done_many(picked, increasing=data.draw(st.booleans()))
             for o in picked:
                 model.done(o)
                 unfinished.remove(o)
@@ -208,8 +208,9 @@ def test_the_marks_agree_with_a_set_of_finished_offsets(
                 picked = data.draw(st.permutations(picked))
         if len(picked) == 1 and data.draw(st.booleans()):
             tracker.done(picked[0])
-        else:
-            tracker.done_many(picked)
+        else:  # told increasing when they are (a batch's run), or not (either way when they are)
+            increasing = picked == sorted(picked) and data.draw(st.booleans())
+            tracker.done_many(picked, increasing)
         finished.update(picked)
         lowest = next((o for o in added if o not in finished), None)
         assert tracker.position() == (lowest if lowest is not None else added[-1] + 1)
@@ -218,3 +219,37 @@ def test_the_marks_agree_with_a_set_of_finished_offsets(
         assert tracker.finished_beyond() == beyond
         assert tracker.finished_count == len(beyond)
     assert tracker.position() == offsets[-1] + 1
+
+
+@given(
+    st.integers(min_value=0, max_value=10_000),
+    st.lists(st.booleans(), min_size=1, max_size=300),
+    st.integers(min_value=0, max_value=5),
+)
+def test_a_batchs_offsets_in_increasing_order_are_marked_as_one_by_one(
+    first: int, taken: list[bool], head: int
+) -> None:
+    """A partition without gaps, a batch's run finished with some of its records left out (a
+    failure and its key's later ones): marked by slices (``increasing``), the same marks as one
+    by one, and the same position and finished offsets beyond it."""
+    offsets = list(range(first, first + len(taken)))
+    picked = [o for o, t in zip(offsets, taken, strict=True) if t]
+    if not picked:
+        return
+    trackers = []
+    for increasing in (False, True):
+        t = OffsetTracker()
+        t.extend(offsets)
+        if head and len(offsets) > head:  # a head that moved on: the entries start past 0
+            t.done_many(offsets[:head])
+            rest = [o for o in picked if o >= offsets[head]]
+        else:
+            rest = picked
+        if rest:
+            t.done_many(rest, increasing)
+        trackers.append(t)
+    slow, fast = trackers
+    assert fast._marks == slow._marks
+    assert fast.position() == slow.position()
+    assert fast.finished_beyond() == slow.finished_beyond()
+    assert fast.in_process == slow.in_process

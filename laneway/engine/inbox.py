@@ -71,7 +71,9 @@ class Inbox:
         self._lanes: deque[tuple[float, Lane]] = deque()  # (when put, lane), oldest first
         self._armed = False  # a flush is scheduled
         self._taken = False  # a submit took lanes since the last flush
-        self._slack = False  # the last flush saw submits take lanes: the next one looks later
+        #: when the last flush that saw submits take lanes came: for a look after it, the next
+        #: flush comes a look later (a submitter that took lanes then will take these too)
+        self._slack = float("-inf")
         self.wait, self.look = wait, look
 
     def __len__(self) -> int:
@@ -84,7 +86,7 @@ class Inbox:
         self._lanes.append((now, lane))
         if not self._armed:  # read after the append: a flush that cleared it sees this lane
             self._armed = True
-            self._schedule(now + (self.look if self._slack else self.wait), self._flush)
+            self._schedule(now + (self.look if now - self._slack < self.look else self.wait), self._flush)
 
     def take(self) -> list[Lane]:
         """Every lane waiting (atomic pops: a lane is taken once, by one thread)."""
@@ -100,9 +102,10 @@ class Inbox:
     def _flush(self) -> None:
         """Hand the lanes that waited :attr:`wait` to the workers; arm again for the others, at
         :attr:`look` from now while submits take lanes (they will take these too)."""
-        self._slack, self._taken = self._taken, False
-        self._armed = False  # before taking: a put after this arms a flush of its own
         now = self._clock()
+        taken, self._taken = self._taken, False
+        self._slack = now if taken else float("-inf")
+        self._armed = False  # before taking: a put after this arms a flush of its own
         old = now - self.wait
         lanes, out = self._lanes, []
         while True:
@@ -114,7 +117,7 @@ class Inbox:
                 lanes.appendleft(item)
                 self._armed = True
                 at = item[0] + self.wait
-                self._schedule(max(at, now + self.look) if self._slack else at, self._flush)
+                self._schedule(max(at, now + self.look) if taken else at, self._flush)
                 break
             out.append(item[1])
         if out:
@@ -156,7 +159,9 @@ class DueLanes:
         self._lock = threading.Lock()
         self._armed: float | None = None  # when the next sweep is due, if one is scheduled
         self._taken = False  # a submit looked for due lanes since the last sweep
-        self._slack = False  # the last sweep saw submits look: the next one comes at a look
+        #: when the last sweep that saw submits look came: for a look after it, sweeps come a
+        #: look apart (a quiet spell since, and a park arms one at its due time plus the wait)
+        self._slack = float("-inf")
         self.wait, self.look = wait, look
 
     def __len__(self) -> int:
@@ -170,8 +175,9 @@ class DueLanes:
         at = due + self.wait
         with self._lock:
             heapq.heappush(self._heap, (due, next(self._seq), lanes))
-            if self._slack:
-                at = max(at, self._clock() + self.look)
+            now = self._clock()
+            if now - self._slack < self.look:
+                at = max(at, now + self.look)
             # a retry may be due before those parked earlier (a shorter backoff): its own sweep
             arm = self._armed is None or at < self._armed
             if arm:
@@ -211,14 +217,15 @@ class DueLanes:
         late: list[Lane] = []
         nxt: float | None = None
         with self._lock:
-            self._slack, self._taken = self._taken, False
             now = self._clock()
+            taken, self._taken = self._taken, False
+            self._slack = now if taken else float("-inf")
             heap, old = self._heap, now - self.wait
             while heap and heap[0][0] <= old:
                 late.extend(heapq.heappop(heap)[2])
             if at == self._armed:
                 nxt = heap[0][0] + self.wait if heap else None
-                if nxt is not None and self._slack:
+                if nxt is not None and taken:
                     nxt = max(nxt, now + self.look)
                 self._armed = nxt
         if nxt is not None:

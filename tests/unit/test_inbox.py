@@ -208,6 +208,24 @@ def test_while_submits_take_retries_the_sweeps_come_a_look_apart_and_a_stall_hol
     assert ready == [[stalled], [later], [last]] and len(due) == 0
 
 
+def test_after_a_quiet_spell_a_retry_is_swept_a_wait_after_its_due_time_not_a_look() -> None:
+    """Submits took retries, then none failed for longer than a look (a review: the first retry
+    after a quiet spell, the consumer busy in a long call, waited 250 ms): the next retry's sweep
+    comes a wait after its due time, as if no submit had taken any."""
+    timer, ready = FakeTimer(), []
+    due = DueLanes(timer.schedule, lambda: timer.now, ready.append, wait=1.0, look=8.0)
+    first = lane("first")
+    due.park(0.25, [first])
+    timer.advance(0.5)
+    assert due.take() == [first]
+    timer.advance(1.0)  # (1.5) the sweep sees the take: submits are taking retries
+    timer.advance(20.0)  # (21.5) a quiet spell: nothing parked, no sweep
+    late = lane("late")
+    due.park(timer.now + 0.25, [late])  # and the consumer is held in a long call: no take
+    timer.advance(1.25)  # (22.75) its due time plus the wait
+    assert ready == [[late]]
+
+
 def test_a_submitter_going_idle_hands_every_parked_lane_to_the_timer_at_its_due_time() -> None:
     timer, ready, due = due_lanes(wait=60.0)
     a, b = lane("a"), lane("b")

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from laneway.engine import direct
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.lanes import LaneTable
 from laneway.engine.partitions import PartitionState
+from tests.unit.test_direct_run_on import batches  # a batch, its failures, budget, revokes and halt
 
 ORDERINGS = ["key", "partition", "unordered"]
 
@@ -99,37 +99,6 @@ def model(
         "lanes": sorted([*lanes.values(), *unordered]),
         "failed": failed,
         "calls": calls,
-    }
-
-
-@st.composite
-def batches(draw: st.DrawFn) -> dict[str, Any]:
-    ordering = draw(st.sampled_from(ORDERINGS))
-    partitions = draw(st.integers(1, 3))
-    keys = draw(st.integers(1, 6))
-    # a batch comes in runs of one partition, and a partition may come again later
-    segments = draw(
-        st.lists(st.tuples(st.integers(0, partitions - 1), st.integers(1, 15)), min_size=1, max_size=6)
-    )
-    evs: list[Event] = []
-    for p, length in segments:
-        for _ in range(length):
-            k = draw(st.integers(0, keys))
-            key = None if k == keys else b"k%d" % k  # some keyless
-            evs.append(Event("t", p, 100 + len(evs), key, b"%d" % len(evs)))
-    n = len(evs)
-    failing = set(draw(st.lists(st.integers(0, n - 1), max_size=n // 2)))
-    budget = draw(st.one_of(st.just(float("inf")), st.integers(0, n).map(float)))
-    revoked = draw(st.sets(st.integers(0, partitions - 1), max_size=1))
-    fatal = draw(st.integers(0, 9)) == 0
-    return {
-        "ordering": ordering,
-        "partitions": partitions,
-        "events": evs,
-        "failing": failing,
-        "budget": budget,
-        "revoked": revoked,
-        "fatal": fatal,
     }
 
 

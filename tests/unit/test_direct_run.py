@@ -4,8 +4,9 @@ The rule: events run in order; an event whose lane (its key's in ``key`` mode, k
 their partition's; its partition's in ``partition`` mode; none in ``unordered`` mode) failed
 earlier in the batch waits behind that failure in the lane; once the inline budget is spent
 (the clock is read after each call and at each run's start) or the engine halted, every event
-left is queued in its lane; a revoked partition's run is dropped, or, past a failure, left in
-its lanes, each blocking its lane. The model walks the events one by one; the function runs a
+left is queued in its lane (a revoked run right after the run the budget ended at is still
+dropped); a revoked partition's run is dropped, or, past a failure, left in its lanes, each
+blocking its lane. The model walks the events one by one; the function runs a
 fast loop up to the first failure and another past it (``_run_on``), then finishes and lanes
 what they left, so both must leave the same marks: which offsets are done, which lanes hold
 which events in which order, which of them are failed heads, what each partition still counts
@@ -71,9 +72,11 @@ def model(
                 kept, dropped = bool(failed), not failed
             elif calls > budget or fatal:
                 stopped = True
+        over = False  # the budget ran out at a call of this run: the rest of it is left
         for ev in evs[first:end]:
             i = index[id(ev)]
             lane = lane_of(spec.ordering, spec.topic, ev)
+            stopped = stopped or over
             if lane is not None and lane in blocked:
                 queue(lane, i)
                 continue
@@ -92,8 +95,8 @@ def model(
                     blocked.add(lane)
             else:
                 done.append(i)
-            if calls > budget:
-                stopped = True
+            # (at a run's last call, the next run's start stops it, a revoked run being dropped)
+            over = calls > budget
     return {
         "done": done,
         "lanes": sorted([*lanes.values(), *unordered]),

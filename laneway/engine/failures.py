@@ -94,9 +94,7 @@ class FailurePaths:
             if more:
                 self._dispatch(more)
             return
-        backoff = self._failed(lane, ev, state, err)
-        if backoff is not None:
-            self._retry([(backoff, lane, state)])
+        self.after_failures([(lane, ev, state, err)])
 
     def after_safe(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None:
         try:
@@ -151,26 +149,21 @@ class FailurePaths:
         ev: Event,
         state: PartitionState,
         err: BaseException,
-        tally: dict[tuple[str, str], int] | None = None,
+        tally: dict[tuple[str, str], int],
     ) -> float | None:
         """A failed attempt: its backoff when it is to be retried (the caller parks it), else
-        None once its dead letter is on its way or the engine halts. With ``tally``, the attempt
-        is counted there (the caller counts them all at once) and its retry by the caller."""
+        None once its dead letter is on its way or the engine halts. The attempt is counted in
+        ``tally`` (the caller counts them all at once, and the retries)."""
         now = self._clock()
         ev.first_failure = ev.first_failure or now
         ev.last_failure = now
         error_type = type(cause_of(err)).__name__
-        if tally is None:
-            self.metrics.failed_attempt(ev.topic, error_type)
-        else:
-            key = (ev.topic, error_type)
-            tally[key] = tally.get(key, 0) + 1
+        key = (ev.topic, error_type)
+        tally[key] = tally.get(key, 0) + 1
         action = decide(lane.spec, ev, err)
         if action == "retry":
             backoff = lane.spec.retry.backoff(ev.attempt)
             ev.attempt += 1
-            if tally is None:
-                self.metrics.retried(ev.topic)
             return backoff
         if not isinstance(err, Exception):
             logger.error(

@@ -39,6 +39,7 @@ __all__ = [
     "apply_reset",
     "check_new_group",
     "check_no_live_members",
+    "given_twice",
     "plan_reset",
 ]
 
@@ -245,10 +246,20 @@ def _kept_rows(admin: AdminClient, gs: GroupState, named: set[tuple[str, int]]) 
     return rows
 
 
+def given_twice(partition: tuple[str | None, int], first: str, second: str) -> str:
+    """The refusal of a partition ``--to-offset`` names twice, as ``first`` and ``second``."""
+    topic, number = partition
+    name = f"{topic}:{number}" if topic is not None else str(number)
+    return f"--to-offset: partition {name} is given twice ({first} and {second}): give each partition once"
+
+
 def _offset_partitions(target: ResetTarget, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The partitions ``target``'s offsets name, each once: one named by number alone
+    (``3:100``) and by its topic too (``orders:3:200``) is refused."""
     topics = sorted({t for t, _ in tps})
-    chosen = []
-    for topic, partition in target.offsets:
+    chosen: dict[tuple[str, int], str] = {}
+    for (topic, partition), offset in target.offsets.items():
+        spec = f"{partition}:{offset}" if topic is None else f"{topic}:{partition}:{offset}"
         if topic is None:
             if len(topics) != 1:
                 raise InvalidInputError(
@@ -258,8 +269,10 @@ def _offset_partitions(target: ResetTarget, tps: list[tuple[str, int]]) -> list[
             topic = topics[0]
         if (topic, partition) not in tps:
             raise InvalidInputError(f"partition {topic}:{partition} is not among the group's partitions")
-        chosen.append((topic, partition))
-    return sorted(set(chosen))
+        if (topic, partition) in chosen:
+            raise InvalidInputError(given_twice((topic, partition), chosen[(topic, partition)], spec))
+        chosen[(topic, partition)] = spec
+    return sorted(chosen)
 
 
 def _written(row: ResetRow) -> TopicPartition:

@@ -191,7 +191,8 @@ def replay(
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="the oldest retained record")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest", help="the end (skip everything)")] = False,
     to_offset: Annotated[
-        list[str] | None, typer.Option(help="PARTITION:OFFSET or TOPIC:PARTITION:OFFSET; repeatable")
+        list[str] | None,
+        typer.Option(help="PARTITION:OFFSET or TOPIC:PARTITION:OFFSET; repeatable, a partition once"),
     ] = None,
     shift: Annotated[int | None, typer.Option(help="move by N records (negative: replay N back)")] = None,
     topic: Annotated[
@@ -227,6 +228,8 @@ def replay(
     ]
     if len(chosen) != 1:
         raise common.fail("give exactly one of --to-time, --to-earliest, --to-latest, --to-offset, --shift")
+    if topic and (again := next((t for i, t in enumerate(topic) if t in topic[:i]), None)):
+        raise common.fail(f"--topic {again} is given twice: give each topic once")  # its rows came twice
     if to_time is not None:
         target = ResetTarget.at_time(parse_time(to_time))
     elif to_earliest:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 
 from laneway.kafka.admin import InvalidInputError
+from laneway.kafka.replay import given_twice
 
 __all__ = ["parse_duration", "parse_partition_offsets", "parse_size", "parse_time"]
 
@@ -68,8 +69,10 @@ def parse_time(text: str) -> int:
 
 
 def parse_partition_offsets(specs: Iterable[str]) -> dict[tuple[str | None, int], int]:
-    """``P:O`` or ``TOPIC:P:O`` specs to ``{(topic or None, partition): offset}``."""
+    """``P:O`` or ``TOPIC:P:O`` specs to ``{(topic or None, partition): offset}``; a partition
+    given twice is refused, naming it."""
     out: dict[tuple[str | None, int], int] = {}
+    given: dict[tuple[str | None, int], str] = {}
     for spec in specs:
         parts = spec.strip().split(":")
         try:
@@ -86,5 +89,8 @@ def parse_partition_offsets(specs: Iterable[str]) -> dict[tuple[str | None, int]
             ) from None
         if key[1] < 0 or offset < 0:
             raise InvalidInputError(f"malformed offset {spec!r}: partition and offset must be >= 0")
+        if key in given:
+            raise InvalidInputError(given_twice(key, given[key], spec.strip()))
         out[key] = offset
+        given[key] = spec.strip()
     return out

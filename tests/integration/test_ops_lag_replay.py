@@ -305,3 +305,25 @@ def test_replay_refuses_a_topic_the_group_does_not_read(
         )
         assert f"does not read {other}: it reads {consumed}" in error
     assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
+def test_replay_refuses_a_partition_or_a_topic_given_twice(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """``--to-offset 1:3 --to-offset 1:5`` kept the last one without a word; a partition named by
+    number and by topic did too; ``--topic`` twice printed each row twice, and its real run failed
+    with the broker's "Duplicate partitions not allowed" after printing its plan."""
+    cases = [
+        (["--to-offset", "1:3", "--to-offset", "1:5"], "partition 1 is given twice (1:3 and 1:5)"),
+        (
+            ["--to-offset", "1:3", "--to-offset", f"{consumed}:1:5"],
+            f"partition {consumed}:1 is given twice (1:3 and {consumed}:1:5)",
+        ),
+        (["--to-earliest", "-t", consumed, "-t", consumed], f"--topic {consumed} is given twice"),
+    ]
+    for args, said in cases:
+        for dry in ([], ["--dry-run"]):
+            result = invoke(kafka_bootstrap, "replay", group_id, *args, *dry)
+            assert said in one_line_error(result)
+            assert result.stdout == ""  # no plan printed
+    assert committed(kafka_admin, group_id) == {0: 4, 1: 10}

@@ -111,3 +111,14 @@ def test_a_new_group_keeps_the_commit_metadata_of_the_partitions_the_reset_does_
         (1, 10, finished[("orders", 1)]),
     ]
     assert [r.metadata for r in applied.rows] == [None, finished[("orders", 1)]]
+
+
+def test_a_partition_named_by_number_and_by_topic_is_refused() -> None:
+    """``--to-offset 0:6 --to-offset orders:0:7`` named one partition twice: the topic's form
+    silently won."""
+    with pytest.raises(InvalidInputError) as refused:
+        plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 6, ("orders", 0): 7}))
+    assert str(refused.value) == (
+        "--to-offset: partition orders:0 is given twice (0:6 and orders:0:7): give each partition once"
+    )
+    assert _rows(ResetTarget.to_offsets({(None, 0): 6, ("orders", 1): 7})) == [(0, 6, None), (1, 7, None)]

@@ -90,6 +90,7 @@ class ResetTarget:
 class ResetRow:
     topic: str
     partition: int
+    #: the group's committed offset (for a new group: the source group's); None when it has none
     before: int | None
     after: int
     earliest: int
@@ -284,7 +285,8 @@ def _written(row: ResetRow) -> TopicPartition:
 
 def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
     """Write the plan's offsets to its target group (refused while it has live members) and
-    return the plan with ``before`` as it was just before writing."""
+    return the plan with ``before`` as it was just before writing. For a new group, which had
+    none, ``before`` stays the source group's committed offset the plan started from."""
     current = check_no_live_members(admin, plan.target_group)
     if not plan.rows:
         return plan
@@ -305,7 +307,11 @@ def apply_reset(admin: AdminClient, plan: ResetPlan) -> ResetPlan:
     logger.info(
         "reset %d partition(s) of group %s %s", len(plan.rows), plan.target_group, plan.target.describe()
     )
-    rows = tuple(
-        replace(r, before=current.committed.get((r.topic, r.partition)), requested=None) for r in plan.rows
-    )
+    if plan.target_group != plan.group:  # a new group: the offsets it starts from are the source's
+        rows = tuple(replace(r, requested=None) for r in plan.rows)
+    else:
+        rows = tuple(
+            replace(r, before=current.committed.get((r.topic, r.partition)), requested=None)
+            for r in plan.rows
+        )
     return ResetPlan(plan.group, plan.target_group, plan.target, rows)

@@ -327,3 +327,36 @@ def test_replay_refuses_a_partition_or_a_topic_given_twice(
             assert said in one_line_error(result)
             assert result.stdout == ""  # no plan printed
     assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
+
+
+def _after_rows(table: str) -> dict[int, tuple[int | None, int]]:
+    """The ``after:`` table's rows of a replay's output: partition to (before, after)."""
+    rows = {}
+    for line in table.split("after:", 1)[1].splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]
+        if len(cells) == 7 and cells[1].isdigit():
+            rows[int(cells[1])] = (None if cells[2] == "-" else int(cells[2]), int(cells[3]))
+    return rows
+
+
+def test_replay_into_a_new_group_says_the_same_before_in_json_and_in_the_table(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """With --new-group, --json said ``"before": null`` (the new group had no offsets) where the
+    table showed the group's offsets: both show the group's committed offsets, the ones the new
+    group starts from."""
+    args = ("replay", group_id, "--to-offset", "0:2", "--new-group")
+    as_json = invoke(kafka_bootstrap, *args, f"{group_id}-json", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    data = orjson.loads(as_json.stdout)
+    assert data["applied"] is True
+    rows = {r["partition"]: (r["before"], r["after"]) for r in data["partitions"]}
+    assert rows == {0: (4, 2), 1: (10, 10)}
+    as_table = invoke(kafka_bootstrap, *args, f"{group_id}-table")
+    assert as_table.exit_code == 0, as_table.output
+    assert _after_rows(as_table.stdout) == rows, as_table.stdout
+    assert (
+        committed(kafka_admin, f"{group_id}-json")
+        == committed(kafka_admin, f"{group_id}-table")
+        == {0: 2, 1: 10}
+    )

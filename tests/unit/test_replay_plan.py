@@ -122,3 +122,33 @@ def test_a_partition_named_by_number_and_by_topic_is_refused() -> None:
         "--to-offset: partition orders:0 is given twice (0:6 and orders:0:7): give each partition once"
     )
     assert _rows(ResetTarget.to_offsets({(None, 0): 6, ("orders", 1): 7})) == [(0, 6, None), (1, 7, None)]
+
+
+def test_a_new_group_s_applied_rows_keep_the_source_group_s_offsets_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--new-group --json`` said ``"before": null`` (the new group had no offsets) where the
+    table printed before the run showed the source group's offsets."""
+    states = {
+        "shop": GroupState("shop", "Empty", 0, (), {("orders", 0): 7, ("orders", 1): 10}),
+        "shop-replay": GroupState("shop-replay", "Dead", 0, (), {}),
+    }
+    monkeypatch.setattr(replay, "group_state", lambda admin, group: states[group])
+
+    class Admin:
+        def alter_consumer_group_offsets(self, reqs: list[ConsumerGroupTopicPartitions]) -> dict[str, Future]:
+            (req,) = reqs
+            done: Future = Future()
+            done.set_result(ConsumerGroupTopicPartitions(req.group_id, req.topic_partitions))
+            return {req.group_id: done}
+
+    plan = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 6}), new_group="shop-replay")
+    applied = replay.apply_reset(Admin(), plan)  # type: ignore[arg-type]
+    assert [(r.partition, r.before, r.after, r.kept) for r in applied.rows] == [
+        (0, 7, 6, False),
+        (1, 10, 10, True),
+    ]
+    assert [r.before for r in applied.rows] == [r.before for r in plan.rows]
+    # the group itself: before is its own offset just before writing
+    own = replay.apply_reset(Admin(), plan_reset(object(), "shop", ResetTarget.earliest()))  # type: ignore[arg-type]
+    assert [(r.partition, r.before, r.after) for r in own.rows] == [(0, 7, 5), (1, 10, 0)]

@@ -120,7 +120,7 @@ class App:
             kafka_config=kafka_config,
             producer_config=producer_config or {},
             tracing=Tracing() if tracing is True else tracing or None,
-        ), file_only)  # fmt: skip
+        ), file_only, origins={key: "client_config" for key in file_only})  # fmt: skip
         if self.settings.tracing is not None:
             try:
                 import laneway.monitor.tracing  # noqa: F401

@@ -159,6 +159,24 @@ def _not_a_tracer_provider(value: object) -> str | None:
     return None
 
 
+def _refused_shared(
+    refusal: str, shared: dict[str, Any], producer_config: dict[str, Any], origins: Mapping[str, str]
+) -> PydanticCustomError:
+    """exactly-once's producer refused ``kafka_config``'s shared keys ``shared`` beside
+    ``producer_config``, which alone it takes: the error names the field the keys at fault came
+    from (``origins``, else ``kafka_config``), as the ``field`` of its context."""
+    at_fault = [
+        k
+        for k in sorted(shared)
+        if librdkafka_refusal({k: shared[k], **producer_config}, consumer=False, transactional=True)
+    ] or sorted(shared)  # none alone: all of them together
+    field = origins.get(at_fault[0], "kafka_config")
+    keys = ", ".join(k for k in at_fault if origins.get(k, "kafka_config") == field)
+    whose = f"the {field} file's" if field in ("client_config", "--client-config") else f"{field}'s"
+    reason = f"{refusal} (the producers take {whose} {keys} too)"
+    return PydanticCustomError("shared_refused", "{reason}", {"reason": reason, "field": field})
+
+
 class AppSettings(BaseModel):
     """Validated app settings; an error names the field."""
 
@@ -206,8 +224,7 @@ class AppSettings(BaseModel):
             raise ValueError(refusal)
         shared = shared_client_config(info.data.get("kafka_config") or {}) if eos else {}
         if shared and (refusal := librdkafka_refusal({**shared, **v}, consumer=False, transactional=True)):
-            keys = ", ".join(sorted(shared))
-            raise ValueError(f"{refusal} (the producers take kafka_config's {keys} too)")
+            raise _refused_shared(refusal, shared, v, (info.context or {}).get("origins") or {})
         return v
 
     @field_validator("consumers", "concurrency", mode="before")
@@ -252,23 +269,35 @@ class AppSettings(BaseModel):
         server = with_metrics_server(self.metrics_server, port=port, host=host)
         return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
 
-    def with_kafka_config(self, kafka_config: dict[str, Any]) -> AppSettings:
+    def with_kafka_config(
+        self, kafka_config: dict[str, Any], origins: Mapping[str, str] | None = None
+    ) -> AppSettings:
         """A copy with ``kafka_config`` replaced (``laneway run --client-config``'s file over the
-        app's own), checked as ``App`` checks it: a ConfigError naming ``kafka_config``. No key is
-        held to the consumer's side: the app's own passed that check when it was built, its
-        client-config file's producer keys with them, and the file may be shared."""
-        return AppSettings.checked({**dict(self), "kafka_config": kafka_config}, kafka_config)
+        app's own), checked as ``App`` checks it: a ConfigError naming ``kafka_config``, or the
+        field ``origins`` gives for the key at fault (:meth:`checked`). No key is held to the
+        consumer's side: the app's own passed that check when it was built, its client-config
+        file's producer keys with them, and the file may be shared."""
+        return AppSettings.checked({**dict(self), "kafka_config": kafka_config}, kafka_config, origins)
 
     @classmethod
-    def checked(cls, fields: dict[str, Any], file_only: Collection[str] = ()) -> AppSettings:
+    def checked(
+        cls,
+        fields: dict[str, Any],
+        file_only: Collection[str] = (),
+        origins: Mapping[str, str] | None = None,
+    ) -> AppSettings:
         """The settings of ``fields``, or a ConfigError naming the first field refused.
-        ``file_only``: keys of ``kafka_config`` from a client-config file."""
+        ``file_only``: keys of ``kafka_config`` from a client-config file. ``origins``: for keys
+        of ``kafka_config`` given elsewhere, the field that gave them (``client_config``, say),
+        named when exactly-once's producer refuses one of them."""
+        context = {"file_only": set(file_only), "origins": dict(origins or {})}
         try:
-            return cls.model_validate(fields, context={"file_only": set(file_only)})
+            return cls.model_validate(fields, context=context)
         except ValidationError as exc:
             first = exc.errors()[0]
             reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own
-            raise ConfigError(".".join(str(p) for p in first["loc"]), reason) from None
+            field = (first.get("ctx") or {}).get("field") or ".".join(str(p) for p in first["loc"])
+            raise ConfigError(field, reason) from None
 
 
 def with_metrics_server(

@@ -138,9 +138,11 @@ def register(app: typer.Typer) -> None:
             secrets.remember(from_file)
             try:
                 kafka_config = {**obj.settings.kafka_config, **from_file}
-                obj.settings = obj.settings.with_kafka_config(kafka_config)
+                origins = dict.fromkeys(from_file, "--client-config")
+                obj.settings = obj.settings.with_kafka_config(kafka_config, origins)
             except ConfigError as exc:  # group.id=... in the file: refused as App refuses it
-                typer.secho(f"error: --client-config: {exc}", err=True, fg=typer.colors.RED)
+                said = str(exc) if exc.field == "--client-config" else f"--client-config: {exc}"
+                typer.secho(f"error: {said}", err=True, fg=typer.colors.RED)
                 raise typer.Exit(2) from None
         try:
             with graceful_interrupts(obj.stop):  # a second Ctrl-C exits at once

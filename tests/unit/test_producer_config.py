@@ -191,19 +191,31 @@ def test_exactly_once_checks_producer_config_as_the_transactional_producer_is_bu
     )
 
 
+#: librdkafka's refusal of exactly-once's producer given socket.timeout.ms=30000, with Laneway's reason
+SOCKET_REFUSED = (
+    "Failed to create producer: `socket.timeout.ms` must be set <= `transaction.timeout.ms` + 100 "
+    "(with exactly_once, the emitted records' producer is transactional: transaction.timeout.ms=10000 "
+    "unless producer_config sets it)"
+)
+
+
 def test_exactly_once_checks_kafka_configs_shared_settings_with_the_transactional_producer() -> None:
     """kafka_config's shared settings reach the producers too: a socket.timeout.ms above the
-    transaction timeout (10 s) passed the build and failed the start (a review)."""
+    transaction timeout (10 s) passed the build and failed the start (a review). The refusal names
+    kafka_config, where the key is (it named producer_config, which holds none: a review)."""
     sockets = {"socket.timeout.ms": 30_000}
     App("orders", bootstrap_servers="127.0.0.1:1", kafka_config=sockets)  # no transaction: taken
     with pytest.raises(ConfigError) as info:
-        App("orders", bootstrap_servers="127.0.0.1:1", exactly_once=ExactlyOnce(), kafka_config=sockets)
-    assert info.value.field == "producer_config"
+        App(
+            "orders",
+            bootstrap_servers="127.0.0.1:1",
+            exactly_once=ExactlyOnce(),
+            kafka_config={**sockets, "client.id": "orders", "security.protocol": "plaintext"},
+            producer_config={"linger.ms": 5},
+        )
+    assert info.value.field == "kafka_config"
     assert str(info.value) == (
-        "producer_config: Failed to create producer: `socket.timeout.ms` must be set <= "
-        "`transaction.timeout.ms` + 100 (with exactly_once, the emitted records' producer is "
-        "transactional: transaction.timeout.ms=10000 unless producer_config sets it) "
-        "(the producers take kafka_config's socket.timeout.ms too)"
+        f"kafka_config: {SOCKET_REFUSED} (the producers take kafka_config's socket.timeout.ms too)"
     )
     App(
         "orders",
@@ -222,3 +234,53 @@ def test_a_producer_setting_in_a_client_config_file_is_taken(tmp_path: Any) -> N
     App("orders", bootstrap_servers="127.0.0.1:1", client_config=shared)  # no ConfigError
     with pytest.raises(ConfigError, match=r"'linger\.ms' .* is a producer setting"):
         App("orders", bootstrap_servers="127.0.0.1:1", client_config=shared, kafka_config={"linger.ms": 5})
+
+
+def test_a_shared_key_exactly_once_refuses_in_a_client_config_file_names_the_file(tmp_path: Any) -> None:
+    """App(client_config=...)'s file gave the key: the refusal named producer_config (a review)."""
+    shared = tmp_path / "client.properties"
+    shared.write_text("socket.timeout.ms=30000\nlinger.ms=5\n")
+    with pytest.raises(ConfigError) as info:
+        App("orders", bootstrap_servers="127.0.0.1:1", exactly_once=ExactlyOnce(), client_config=shared)
+    assert info.value.field == "client_config"
+    assert str(info.value) == (
+        f"client_config: {SOCKET_REFUSED} (the producers take the client_config file's socket.timeout.ms too)"
+    )
+    # kafka_config over the file: its own key is the one at fault
+    with pytest.raises(ConfigError) as info:
+        App(
+            "orders",
+            bootstrap_servers="127.0.0.1:1",
+            exactly_once=ExactlyOnce(),
+            client_config=shared,
+            kafka_config={"socket.timeout.ms": 20_000},
+        )
+    assert info.value.field == "kafka_config"
+
+
+def test_laneway_run_names_the_client_config_file_that_gave_the_key(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``laneway run --client-config`` with a socket.timeout.ms exactly-once refuses: one line
+    naming the file (it said ``--client-config: producer_config: ...``; a review)."""
+    from typer.testing import CliRunner
+
+    from laneway.ops import cli
+
+    (tmp_path / "eosapp.py").write_text(
+        "from laneway import App, ExactlyOnce\n"
+        "app = App('orders', bootstrap_servers='127.0.0.1:1', exactly_once=ExactlyOnce())\n"
+        "@app.handler('t')\ndef h(ev):\n    pass\n"
+    )
+    conf = tmp_path / "client.properties"
+    conf.write_text("socket.timeout.ms=30000\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if not any(c.name == "run" for c in cli.app.registered_commands):
+        cli._register_subcommands()
+    result = CliRunner().invoke(cli.app, ["run", "eosapp:app", "--client-config", str(conf)])
+    assert result.exit_code == 2, result.output
+    errors = [x for x in result.output.splitlines() if x.startswith("error: ")]
+    assert errors == [
+        f"error: --client-config: {SOCKET_REFUSED} "
+        "(the producers take the --client-config file's socket.timeout.ms too)"
+    ], result.output

@@ -35,6 +35,7 @@ from laneway.errors import ConfigError, LanewayError
 from laneway.kafka.access import Ask, KafkaAccessError, as_access_error, producer_asks, raise_if_denied
 from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.producer import IDEMPOTENT, TRANSACTION_DEFAULTS, client_error, is_fence
+from laneway.kafka.transaction_timeout import timeout_refusal
 
 if TYPE_CHECKING:
     from laneway.kafka.hooks import SourceMetrics
@@ -350,7 +351,8 @@ class TransactionalCommitter(Committer):
 
     def start(self) -> None:
         """Register the transactional id; a failure releases the producer (nothing to flush) and
-        raises, a denied id as the one-line :class:`KafkaAccessDenied` naming the user and the id."""
+        raises, a denied id as the one-line :class:`KafkaAccessDenied` naming the user and the id,
+        a transaction timeout above the broker's limit as a ConfigError naming both."""
         if self._producer is None:
             return
         try:
@@ -363,6 +365,8 @@ class TransactionalCommitter(Committer):
                 raise_if_denied(err, self._access, doing=Ask("use", "transactional id", txid, "Write"))
             except KafkaAccessError as denied:
                 raise denied from None
+            if (too_long := timeout_refusal(err, self._access)) is not None:  # above the broker's limit
+                raise too_long from None
             raise
 
     def commit(self, commits: Commits, *, asynchronous: bool) -> None:

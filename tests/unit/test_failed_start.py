@@ -1,6 +1,7 @@
 """A start that fails while the consumers start (a refused transactional id at
-``init_transactions``): the app closes what it opened, joins no thread that never started, and
-raises the cause; a denied id as the one-line access error. The clients are fakes, the
+``init_transactions``, a transaction timeout above the broker's limit): the app closes what it
+opened, joins no thread that never started, and raises the cause; a denied id as the one-line
+access error, the timeout as a ConfigError naming the broker's limit. The clients are fakes, the
 sources and the engine real."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 import laneway.kafka.commit
 import laneway.kafka.source
+import laneway.kafka.transaction_timeout
 import laneway.running
-from laneway import App, ExactlyOnce
+from laneway import App, ConfigError, ExactlyOnce
 from laneway.kafka.access import KafkaAccessDenied
 from tests.unit.test_app_lifecycle import FakeLetters
 
@@ -95,6 +97,85 @@ def test_another_start_failure_is_raised_as_it_is_after_a_clean_stop(
         app.start()
     assert info.value.args[0].code() == KafkaError._TIMED_OUT
     assert [(c.subscribed, c.closed) for c in clients] == [(False, True)]
+
+
+@pytest.mark.parametrize(
+    ("producer_config", "limit", "said"),
+    [
+        (
+            {"transaction.timeout.ms": 1_000_000},
+            900_000,
+            "transaction.timeout.ms=1000000 is above the broker's transaction.max.timeout.ms (900000): "
+            "set transaction.timeout.ms to at most 900000 in producer_config",
+        ),
+        (
+            {},
+            5_000,
+            "transaction.timeout.ms=10000 (exactly_once's default unless producer_config sets it) is above "
+            "the broker's transaction.max.timeout.ms (5000): set transaction.timeout.ms to at most 5000 "
+            "in producer_config",
+        ),
+        (
+            {"transaction.timeout.ms": 1_000_000},
+            None,  # no DescribeConfigs on the cluster, say
+            "transaction.timeout.ms=1000000 is above the broker's transaction.max.timeout.ms (900000 unless "
+            "the broker sets another; this client could not read it): set a lower transaction.timeout.ms "
+            "in producer_config",
+        ),
+    ],
+)
+def test_a_transaction_timeout_above_the_broker_s_limit_fails_the_start_naming_both(
+    clients: list[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    producer_config: dict[str, Any],
+    limit: int | None,
+    said: str,
+) -> None:
+    """librdkafka's INVALID_TRANSACTION_TIMEOUT came out of the start as a KafkaException: a
+    51-line traceback from ``laneway run``, exit 1 (a review)."""
+    error = KafkaError(
+        KafkaError.INVALID_TRANSACTION_TIMEOUT,
+        "Failed to acquire transactional PID from broker TxnCoordinator/1: Broker: Transaction timeout "
+        "is larger than the maximum value allowed by the broker's max.transaction.timeout.ms",
+        fatal=True,
+    )
+    monkeypatch.setattr(FakeProducer, "error", error)
+    asked: list[dict[str, Any]] = []
+
+    def read(settings: dict[str, Any]) -> int | None:
+        asked.append(settings)
+        return limit
+
+    monkeypatch.setattr(laneway.kafka.transaction_timeout, "broker_limit", read)
+    app = App(
+        "eos",
+        bootstrap_servers="127.0.0.1:1",
+        gc_tuning=False,
+        exactly_once=ExactlyOnce(),
+        producer_config=producer_config,
+    )
+    app.handler("app-in")(print)
+    with pytest.raises(ConfigError) as info:
+        app.start()
+    assert info.value.field == "producer_config" and info.value.reason == said
+    assert [(c.subscribed, c.closed) for c in clients] == [(False, True)]
+    assert app.state == "stopped"
+    assert asked[0]["bootstrap.servers"] == "127.0.0.1:1"
+
+
+def test_the_broker_s_limit_unread_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A limit the client may not read (or no broker answers) leaves the line to the default."""
+
+    class DeniedAdmin:
+        def __init__(self, conf: dict[str, Any], **kw: Any) -> None:
+            assert "transactional.id" not in conf and "enable.idempotence" not in conf  # no producer id
+
+        def list_topics(self, timeout: float) -> Any:
+            raise KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied"))
+
+    monkeypatch.setattr(laneway.kafka.transaction_timeout, "AdminClient", DeniedAdmin)
+    settings = {"bootstrap.servers": "127.0.0.1:1", "transactional.id": "x", "enable.idempotence": True}
+    assert laneway.kafka.transaction_timeout.broker_limit(settings) is None
 
 
 def test_a_refusal_while_closing_is_one_line_other_failures_keep_their_traceback(

@@ -22,7 +22,10 @@ A fatal client error (a transactional producer fenced by a newer one with its id
 out of confluent-kafka's flush or poll as a ``KafkaException``, or as a ``SystemError`` ("...
 returned a result with an exception set") when delivery callbacks ran after the client set it:
 :meth:`Producer.flush` and :meth:`Producer.close` raise it as a :class:`ProduceError` with the
-``KafkaError`` (:func:`client_error` finds it), and the poll thread logs it on one line.
+``KafkaError`` (:func:`client_error` finds it), and the poll thread logs it on one line. A bare
+``SystemError`` ("... returned NULL without setting an exception": the error lost on its way
+out) is raised as the fatal error the client reported to its error callback
+(:attr:`Producer.fatal_error`), when it reported one.
 
 Serialization failures raise :class:`laneway.kafka.serde.SerializationError` before
 anything is sent.
@@ -168,12 +171,16 @@ def is_fence(err: confluent_kafka.KafkaError) -> bool:
     return err.fatal() and "fenced" in (err.str() or "")
 
 
-def _failed(exc: BaseException) -> BaseException | None:
+def _failed(exc: BaseException, reported: confluent_kafka.KafkaError | None = None) -> BaseException | None:
     """What a flush or poll that raised ``exc`` raises instead: a :class:`ProduceError` for the
-    client's own error, ``KeyboardInterrupt`` for a wrapped Ctrl-C; None to raise ``exc`` as it is."""
+    client's own error (``reported``, the fatal one its error callback had, for a bare
+    ``SystemError``: the error lost on its way out), ``KeyboardInterrupt`` for a wrapped Ctrl-C;
+    None to raise ``exc`` as it is."""
     if _interrupted(exc):
         return KeyboardInterrupt()
     err = client_error(exc)
+    if err is None and isinstance(exc, SystemError) and (exc.__cause__ or exc.__context__) is None:
+        err = reported
     if err is None:
         return None
     what = "failed for good" if err.fatal() else "failed"
@@ -263,11 +270,14 @@ class Producer:
             "queue.buffering.max.messages": batching.buffer_records,
             "message.timeout.ms": int(delivery_timeout * 1000),
             "partitioner": "murmur2_random",
-            "error_cb": self._on_error,
+            "error_cb": self._noted,
             "logger": _CLIENT_LOG,
             **active(),  # a command line's --client-config (laneway.kafka.client_config)
             **(extra or {}),
         }
+        #: the first fatal error the client reported to its error callback (a fence, say): what a
+        #: call that failed without its error failed of (laneway.kafka.transactions)
+        self.fatal_error: confluent_kafka.KafkaError | None = None
         self._producer = confluent_kafka.Producer(self.config)
         self._partitions: dict[str, int] = {}
         self._closed = threading.Event()
@@ -396,13 +406,12 @@ class Producer:
         (fenced, say): not the ``SystemError`` confluent-kafka raises for it."""
         return self._serve(self._producer.flush, timeout)
 
-    @staticmethod
-    def _serve(call: Callable[[float], int], timeout: float) -> int:
+    def _serve(self, call: Callable[[float], int], timeout: float) -> int:
         """A flush or poll of the client, its fatal error raised as :class:`ProduceError`."""
         try:
             return int(call(timeout))
         except (confluent_kafka.KafkaException, SystemError) as exc:
-            failure = _failed(exc)
+            failure = _failed(exc, self.fatal_error)
             if failure is None:
                 raise
             raise failure from exc
@@ -455,6 +464,12 @@ class Producer:
                     logger.log(logging.INFO if fenced else logging.ERROR, "%s", failure)
                 else:
                     logger.exception("a producer callback raised")
+
+    def _noted(self, err: confluent_kafka.KafkaError) -> None:
+        """The client's error callback: a fatal error is kept (:attr:`fatal_error`), each is logged."""
+        if err.fatal() and self.fatal_error is None:
+            self.fatal_error = err
+        self._on_error(err)
 
     @staticmethod
     def _on_error(err: confluent_kafka.KafkaError) -> None:

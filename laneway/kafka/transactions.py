@@ -24,6 +24,10 @@ Errors (``TransactionError`` is a :class:`laneway.kafka.producer.ProducerError`)
     ProducerError
     └── TransactionError   a transaction call failed; says if it is retriable,
                            needs an abort, or is fatal (the producer must be recreated)
+
+A call confluent-kafka ends in a bare ``SystemError`` ("returned NULL without setting an
+exception": the client's error lost on its way out) raises a ``TransactionError`` too: with the
+fatal error the client reported to its error callback, else saying the client did not say why.
 """
 
 from __future__ import annotations
@@ -161,12 +165,22 @@ class TransactionalProducer(Producer):
             # a commit flushes, so delivery callbacks run in it: a fatal error set before them comes
             # out as a SystemError, the KafkaException its cause (laneway.kafka.producer.client_error)
             kerr = client_error(exc)
+            failed = f"{name} failed for {self.transactional_id!r}"
             if isinstance(exc, SystemError) and kerr is None:
-                if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                cause = exc.__cause__ or exc.__context__
+                if isinstance(cause, KeyboardInterrupt):
                     raise KeyboardInterrupt from None  # Ctrl-C inside a delivery callback
-                raise
+                if cause is not None:  # a callback of ours raised: a bug to see, with its traceback
+                    raise
+                # the client lost its error on the way out ("returned NULL without setting an
+                # exception"): the fatal one it reported to its error callback, if any
+                if (kerr := self.fatal_error) is None:
+                    why = f"the Kafka client failed without saying why ({exc})"
+                    if name == "commit_transaction":
+                        why += "; whether the transaction committed is unknown"
+                    raise TransactionError(f"{failed}: {why}") from exc
             text = kerr.str() if kerr is not None else str(exc)
-            raise TransactionError(f"{name} failed for {self.transactional_id!r}: {text}", kerr) from exc
+            raise TransactionError(f"{failed}: {text}", kerr) from exc
 
     def begin(self) -> None:
         self._call("begin_transaction")

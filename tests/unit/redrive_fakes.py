@@ -69,9 +69,12 @@ class FakeClient:
     ``fence``: where another redrive's producer fences this one. ``("reports", n)``: the delivery
     reports of transaction ``n`` fail, and the fatal error comes out of the next flush (the
     close's); ``("flush", n)``: it comes out of transaction ``n``'s flush; ``("commit", n)``: the
-    commit of transaction ``n`` fails; ``("close", 0)``: it comes out of the flush after the last
-    commit (the close's). Once fenced, every transactional call fails. ``on_commit`` is called
-    after each commit with the number of commits so far.
+    commit of transaction ``n`` fails; ``("lost", n)`` and ``("flush-lost", n)``: the commit (the
+    flush) of transaction ``n`` reports the fatal error to the error callback and raises a bare
+    ``SystemError`` (the error lost on its way out);
+    ``("close", 0)``: it comes out of the flush after the last commit (the close's). Once fenced,
+    every transactional call fails. ``on_commit`` is called after each commit with the number of
+    commits so far.
     """
 
     config: dict[str, Any]
@@ -109,6 +112,12 @@ class FakeClient:
         if self.fence == ("commit", self.begun):
             self.fence, self.fatal = None, fatal_error()
             self._check()
+        if self.fence == ("lost", self.begun):
+            self.fence, self.fatal = None, fatal_error()
+            self.config["error_cb"](self.fatal)
+            raise SystemError(
+                "<built-in method commit_transaction> returned NULL without setting an exception"
+            )
         self._deliver(None)  # a commit flushes
         self.committed.extend(self.txn)
         self.in_txn = False
@@ -140,11 +149,15 @@ class FakeClient:
             self.queue.clear()
             raise system_error(err)
         kind, at = self.fence or ("", -1)
-        if self.in_txn and self.begun == at and kind in ("reports", "flush"):
+        if self.in_txn and self.begun == at and kind in ("reports", "flush", "flush-lost"):
             self.fence, self.fatal = None, fatal_error()
             if kind == "flush":
                 self.queue.clear()
                 raise system_error(self.fatal)
+            if kind == "flush-lost":
+                self.queue.clear()
+                self.config["error_cb"](self.fatal)
+                raise SystemError("<built-in method flush> returned NULL without setting an exception")
             self._deliver(confluent_kafka.KafkaError(confluent_kafka.KafkaError._FENCED))
             self.pending = self.fatal
             return 0

@@ -119,10 +119,77 @@ def test_a_transaction_call_that_meets_the_fatal_error_is_a_transaction_error(
     producer._closed.set()
 
 
+#: what confluent-kafka raises when the client's error is lost on its way out of a call
+LOST = "<built-in method commit_transaction> returned NULL without setting an exception"
+
+
+def test_a_commit_that_lost_its_error_raises_the_fatal_error_the_client_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bare SystemError out of commit_transaction came out of TransactionalProducer as it was:
+    a redrive ended in its traceback (a review)."""
+    client = FakeClient({})
+    monkeypatch.setattr(confluent_kafka, "Producer", lambda config: client)
+    producer = TransactionalProducer("127.0.0.1:1", transactional_id="t")
+
+    def commit(timeout: float) -> None:
+        raise SystemError(LOST)
+
+    monkeypatch.setattr(client, "commit_transaction", commit)
+    producer.begin()
+    with pytest.raises(TransactionError) as unknown:
+        producer.commit()
+    assert str(unknown.value) == (
+        f"commit_transaction failed for 't': the Kafka client failed without saying why ({LOST}); "
+        "whether the transaction committed is unknown"
+    )
+    assert unknown.value.kafka_error is None and isinstance(unknown.value.__cause__, SystemError)
+    producer.config["error_cb"](fatal_error())  # librdkafka reports the fence to the error callback
+    with pytest.raises(TransactionError) as fenced:
+        producer.commit()
+    assert str(fenced.value) == "commit_transaction failed for 't': Producer fenced by newer instance"
+    assert fenced.value.fatal and fenced.value.kafka_error is producer.fatal_error
+
+    def broken(timeout: float) -> None:  # a callback of ours raised: a bug, raised as it is
+        raise SystemError("returned a result with an exception set") from ValueError("a bug")
+
+    monkeypatch.setattr(client, "commit_transaction", broken)
+    with pytest.raises(SystemError):
+        producer.commit()
+    producer._closed.set()
+
+
+def test_a_flush_that_lost_its_error_raises_the_fatal_error_the_client_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bare SystemError out of a flush: the fatal error the client reported, as a ProduceError;
+    without one, the SystemError as it is."""
+    client = FakeClient({})
+    producer = _producer(monkeypatch, client)
+
+    def flush(timeout: float = -1) -> int:
+        raise SystemError("<built-in method flush> returned NULL without setting an exception")
+
+    monkeypatch.setattr(client, "flush", flush)
+    with pytest.raises(SystemError):
+        producer.flush()
+    producer.config["error_cb"](fatal_error())
+    with pytest.raises(ProduceError, match="the producer failed for good: Producer fenced") as raised:
+        producer.flush()
+    assert raised.value.kafka_error is producer.fatal_error
+    producer._closed.set()
+
+
 @pytest.mark.parametrize(
     "fence",
-    [("reports", 2), ("flush", 2), ("commit", 2)],
-    ids=["delivery-reports-then-close", "batch-flush", "commit"],
+    [("reports", 2), ("flush", 2), ("commit", 2), ("lost", 2), ("flush-lost", 2)],
+    ids=[
+        "delivery-reports-then-close",
+        "batch-flush",
+        "commit",
+        "commit-lost-its-error",
+        "flush-lost-its-error",
+    ],
 )
 def test_a_fenced_redrive_says_so_and_what_it_recorded(broker: FakeBroker, fence: tuple[str, int]) -> None:
     broker.fence = fence

@@ -123,7 +123,7 @@ def test_a_running_app_whose_outputs_go_to_a_missing_topic_halts_without_librdka
 def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
     kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
 ) -> None:
-    """Exactly once: the records to a missing topic time out with the transaction (10 s); the
+    """Exactly once: the records to a missing topic time out with the transaction (3 s here); the
     halt's error names the topic and the broker's reason (it used to give only librdkafka's
     "failed delivery (see individual delivery reports)"), and nothing is committed."""
     from laneway.kafka.commit import OutputError
@@ -132,7 +132,13 @@ def test_a_transaction_to_a_missing_topic_halts_naming_the_topic_and_the_reason(
     dlq = make_topic(partitions=1, prefix="dlq")
     missing = f"missing-{source}"
     produce_keyed(kafka_bootstrap, source, 2, keys=2)
-    app = App("outfail-eos", bootstrap_servers=kafka_bootstrap, group_id=group_id, exactly_once=ExactlyOnce())
+    app = App(
+        "outfail-eos",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        exactly_once=ExactlyOnce(),
+        producer_config={"transaction.timeout.ms": 3000},  # the records time out with it
+    )
 
     @app.handler(source, dead_letter_topic=dlq)
     def handle(ev: Event) -> None:

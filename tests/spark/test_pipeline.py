@@ -325,9 +325,11 @@ def test_deletion_vectors_for_small_batches_only(
     topic = new_topic(kafka_admin, partitions=1)
     settings = settings_under(tmp_path, kafka_bootstrap, topic, compact_every=0, deletion_vectors=True)
     try:
-        for records, option in ((first, True), (small, False), (large, False)):
+        # the first run without a batch cap (0: all of it in one batch), the others with the default
+        capped = settings.max_offsets_per_trigger
+        for records, option, cap in ((first, True, 0), (small, False, capped), (large, False, capped)):
             produce(kafka_bootstrap, topic, records)
-            run = dataclasses.replace(settings, deletion_vectors=option)
+            run = dataclasses.replace(settings, deletion_vectors=option, max_offsets_per_trigger=cap)
             assert [b.records for b in run_pipeline(run, spark).batches] == [len(records)]
     finally:
         delete_topic(kafka_admin, topic)

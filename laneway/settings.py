@@ -207,9 +207,14 @@ class AppSettings(BaseModel):
     @field_validator("kafka_config", "producer_config")
     @classmethod
     def _not_reserved(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        origins = (info.context or {}).get("origins") or {} if info.field_name == "kafka_config" else {}
         for key, why in RESERVED_KAFKA_KEYS.items():
             if key in v and not (key.startswith("enable.auto.") and str(v[key]).lower() in ("false", "0")):
-                raise ValueError(f"{key!r} is Laneway's to set: {why}")
+                reason = f"{key!r} is Laneway's to set: {why}"
+                if key in origins:  # a client-config file's key: the file is named, not kafka_config
+                    named = {"reason": reason, "field": origins[key]}
+                    raise PydanticCustomError("reserved", "{reason}", named)
+                raise ValueError(reason)
         if empty := empty_broker_list(v):  # dropped for bootstrap_servers without a word
             raise ValueError(empty[1])
         # an unknown property or a bad value: now, naming the field, not when the app starts

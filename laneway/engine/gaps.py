@@ -21,7 +21,7 @@ import base64
 import re
 from collections.abc import Iterable
 
-__all__ = ["VERSION", "decode", "encode"]
+__all__ = ["VERSION", "decode", "encode", "encode_within"]
 
 #: the prefix of every encoding this module writes
 VERSION = "lw1"
@@ -53,6 +53,27 @@ def encode(position: int, finished: Iterable[int]) -> str:
         bits[o >> 3] |= 1 << (o & 7)
     as_bitmap = "b" + base64.urlsafe_b64encode(bytes(bits)).decode().rstrip("=")
     return VERSION + min(as_runs, as_bitmap, key=len)
+
+
+def encode_within(position: int, finished: list[int], limit: int) -> tuple[str, int]:
+    """The encoding of a prefix of ``finished`` (sorted, each > ``position``) whose text takes
+    at most ``limit`` characters, and how many offsets it names: all of them when they fit,
+    else the longest prefix a bisection finds (an encoding grows with its prefix, but for a few
+    characters where it changes form); ``("", 0)`` when not even an empty one fits. A restart
+    skips what it names and redoes the rest: a prefix is always safe to commit."""
+    whole = encode(position, finished)
+    if len(whole) <= limit:
+        return whole, len(finished)
+    # an encoding's length never shrinks as offsets are added at its end: bisect the prefix
+    lo, hi = 0, len(finished) - 1  # the longest fitting prefix has lo..hi offsets
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(encode(position, finished[:mid])) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = encode(position, finished[:lo])
+    return (text, lo) if len(text) <= limit else ("", 0)
 
 
 def decode(position: int, text: str, limit: int | None = None) -> set[int]:

@@ -14,6 +14,7 @@ are called with it held; none of them takes it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from laneway.engine.events import Event, Output, TopicPartition
 from laneway.engine.offsets import OffsetTracker
 
 __all__ = ["NEAR_LIMIT", "Commits", "Ledger", "PartitionState", "PartitionStatus"]
+
+logger = logging.getLogger("laneway.engine.processor")
 
 #: per partition: the commit position, and the finished offsets beyond it as commit metadata
 #: (:mod:`~laneway.engine.gaps`; None: the plain position)
@@ -49,6 +52,9 @@ class PartitionState:
     committed: tuple[int, int, int] | None = None
     #: whether the last commit's metadata passed :data:`NEAR_LIMIT` of the limit
     near_limit: bool = False
+    #: whether the last commit's metadata named only a prefix of the finished offsets beyond
+    #: its position: the rest passed the limit (logged once, as it begins)
+    cut: bool = False
     #: the oldest unfinished record as :meth:`Ledger.status` last saw it: (offset, since when it
     #: is the oldest (monotonic), its event or None when it was not found at a lane's head)
     head: tuple[int, float, Event | None] | None = None
@@ -166,10 +172,10 @@ class Ledger:
     def commits(self, owner: object, max_metadata: int) -> Commits:
         """Per partition of ``owner`` whose position or finished offsets beyond it changed since
         the last call: the position, and the finished offsets beyond it encoded for the commit's
-        metadata (:mod:`~laneway.engine.gaps`); None when there are none, or when the text would
-        pass ``max_metadata`` characters (the broker's ``offset.metadata.max.bytes``): then the
-        plain position is committed, never a commit the broker refuses. ``max_metadata`` 0: no
-        metadata at all."""
+        metadata (:mod:`~laneway.engine.gaps`); None when there are none. When the text would
+        pass ``max_metadata`` characters (the broker's ``offset.metadata.max.bytes``), it names
+        the lowest of them that fit (a restart redoes the rest): never a commit the broker
+        refuses. ``max_metadata`` 0: no metadata at all."""
         out: Commits = {}
         for tp, state in self.states.items():
             if state.owner is owner:
@@ -234,9 +240,21 @@ class Ledger:
         if not beyond:
             state.near_limit = False
             return pos, None
-        text = gaps.encode(pos, beyond)
-        state.near_limit = len(text) > NEAR_LIMIT * max_metadata
-        return pos, text if len(text) <= max_metadata else None
+        beyond.sort()
+        text, named = gaps.encode_within(pos, beyond, max_metadata)
+        state.near_limit = len(text) > NEAR_LIMIT * max_metadata or named < len(beyond)
+        if named < len(beyond) and not state.cut:
+            logger.warning(
+                "%s[%d]: the finished offsets beyond position %d pass the commit metadata's limit "
+                "(%d characters): the commit names the first %d of %d, and a restart redoes the rest",
+                *state.tp,
+                pos,
+                max_metadata,
+                named,
+                len(beyond),
+            )
+        state.cut = named < len(beyond)
+        return pos, text or None
 
     def owned(self, tp: TopicPartition, owner: object) -> PartitionState | None:
         state = self.states.get(tp)

@@ -3,8 +3,8 @@
 Each commit carries them (:mod:`laneway.engine.gaps`); on assignment :func:`read_committed`
 reads the group's commits and :func:`read_finished` the metadata in them, so a new owner skips
 those offsets. The broker refuses metadata over ``offset.metadata.max.bytes`` (4 KB by
-default): Laneway assumes the default (:data:`MAX_METADATA`) and commits the plain position
-past it.
+default): Laneway assumes the default (:data:`MAX_METADATA`), and past it a commit names the
+lowest finished offsets that fit (:func:`laneway.engine.gaps.encode_within`).
 """
 
 from __future__ import annotations

@@ -91,8 +91,8 @@ def test_offsets_still_to_come_from_the_last_metadata_are_committed_again(gate: 
         gate.set()
 
 
-def test_near_the_limit_the_partition_is_reported_and_past_it_the_position_is_plain(
-    gate: threading.Event,
+def test_near_the_limit_the_partition_is_reported_and_past_it_a_prefix_is_named(
+    gate: threading.Event, caplog: pytest.LogCaptureFixture
 ) -> None:
     proc = _proc(gate)
     try:
@@ -103,7 +103,17 @@ def test_near_the_limit_the_partition_is_reported_and_past_it_the_position_is_pl
         assert proc.near_metadata_limit() == set()  # nothing committed yet: nothing measured
         assert proc.commits(max_metadata=len(text) + 1) == {TP: (0, text)}
         assert proc.near_metadata_limit() == {TP}  # the text is over 3/4 of the limit
-        assert proc.final_commits(max_metadata=len(text) - 1) == {TP: (0, None)}  # over: plain
+        # over the limit: the lowest finished offsets that fit, never more, and one warning
+        with caplog.at_level(logging.WARNING, logger="laneway.engine.processor"):
+            for _ in range(2):
+                ((pos, cut),) = proc.final_commits(max_metadata=len(text) - 1).values()
+                assert pos == 0 and cut is not None and len(cut) <= len(text) - 1
+                named = gaps.decode(0, cut)
+                assert named and named == set(range(1, 2 * len(named), 2))  # a prefix of them
+                assert len(named) >= 990  # nearly all: a character less names a few fewer
+        said = [r.getMessage() for r in caplog.records]
+        warned = [m for m in said if "pass the commit metadata's limit" in m]
+        assert len(warned) == 1 and f"the first {len(named)} of 1000" in warned[0], warned
         assert proc.near_metadata_limit() == {TP}
         assert proc.final_commits(max_metadata=len(text) * 2) == {TP: (0, text)}
         assert proc.near_metadata_limit() == set()  # under 3/4 of a larger limit

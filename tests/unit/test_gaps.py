@@ -65,3 +65,27 @@ def test_nothing_unfinished_is_ever_skipped(n: int, order: object, crash_at: int
     assert skipped <= finished  # nothing unfinished is skipped
     assert all(o > position for o in skipped)
     assert {o for o in finished if o > position} == skipped  # and nothing finished is redone
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    position=st.integers(min_value=0, max_value=10**6),
+    finished=st.sets(st.integers(min_value=1, max_value=5000), max_size=400),
+    limit=st.integers(min_value=0, max_value=300),
+)
+def test_a_text_within_the_limit_names_a_prefix(position: int, finished: set[int], limit: int) -> None:
+    """Past the limit the commit names the lowest finished offsets that fit: never an offset
+    that is not finished, never one above an offset it leaves out, never over the limit."""
+    offsets = sorted(position + o for o in finished)
+    text, named = gaps.encode_within(position, offsets, limit)
+    assert len(text) <= limit
+    if not text:
+        assert named == 0 and len(gaps.encode(position, [])) > limit
+        return
+    assert gaps.decode(position, text) == set(offsets[:named])
+    if len(gaps.encode(position, offsets)) <= limit:
+        assert named == len(offsets)  # all of them when they fit
+    else:
+        assert named < len(offsets)
+        # one offset more would not fit (the bisection's last step tested it)
+        assert len(gaps.encode(position, offsets[: named + 1])) > limit

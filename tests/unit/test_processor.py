@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from laneway import ConfigError, Delay, HandlerFailed, Retry
 from laneway.engine import cost as cost_module
+from laneway.engine import gaps
 from laneway.engine import lanes as lanes_module
 from laneway.engine.events import Event
 from laneway.engine.handlers import HandlerSpec, LetterDone
@@ -851,7 +852,7 @@ def test_offsets_finished_before_a_restart_are_skipped_and_the_rest_run(
     assert proc2.final_positions() == {("t", 0): 40}
 
 
-def test_metadata_over_the_limit_commits_the_plain_position(
+def test_metadata_over_the_limit_names_the_finished_offsets_that_fit(
     make: Callable[..., tuple[Processor, FakeDeadLetters]],
 ) -> None:
     gate = threading.Event()
@@ -868,7 +869,10 @@ def test_metadata_over_the_limit_commits_the_plain_position(
     wait_for(lambda: proc.events_in_memory == 2000)
     try:
         ((pos, meta),) = proc.commits(max_metadata=64).values()
-        assert pos == 0 and meta is None  # over 64 characters: the position alone
+        # over 64 characters: the lowest finished offsets that fit, each of them finished
+        assert pos == 0 and meta is not None and len(meta) <= 64
+        named = gaps.decode(0, meta)
+        assert named == set(range(1, 2 * len(named), 2)) and 0 < len(named) < 1999
     finally:
         gate.set()
     assert proc.drain(10)

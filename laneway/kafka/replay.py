@@ -25,6 +25,7 @@ from laneway.kafka.admin import (
     AdminError,
     GroupActiveError,
     InvalidInputError,
+    UnknownGroupError,
     future_result,
     topic_partitions,
     watermarks,
@@ -173,8 +174,10 @@ def plan_reset(
     new_group: str | None = None,
 ) -> ResetPlan:
     """Work out the new offsets; nothing is written. Partitions: those of ``topics``, else the
-    ones the group has committed offsets for. An offset outside a partition's retained range
-    moves to the nearer end; its row names the offset asked for (:meth:`ResetRow.out_of_range`).
+    ones the group has committed offsets for (or is assigned), else, for a group with neither,
+    those of the topics a ``to_offsets`` target names (``orders:3:100``). An offset outside a
+    partition's retained range moves to the nearer end; its row names the offset asked for
+    (:meth:`ResetRow.out_of_range`).
     A ``new_group`` that already exists (members or committed offsets) is refused: its offsets
     would be overwritten, and those the plan leaves out would be read as its start. A new group
     takes the source group's other committed offsets as they are, with their metadata (rows
@@ -182,6 +185,10 @@ def plan_reset(
     gs = group_state(admin, group)
     if new_group is not None:
         check_new_group(admin, group, new_group)
+    if not topics and target.kind == "offset" and gs.members == 0 and not gs.committed:
+        # a group with no offsets yet reads no topic to take them from: the topics its offsets
+        # name are the ones it resets, as --topic would name them (offsets set ahead of its start)
+        topics = sorted({t for t, _ in target.offsets if t is not None})
     if topics:
         tps = [(t, p.id) for t in topics for p in topic_partitions(admin, t)]
         # a topic the group does not read would get offsets it never asked for (a lag that is
@@ -192,7 +199,13 @@ def plan_reset(
                 f"group {group!r} does not read {', '.join(stray)}: it reads {', '.join(sorted(reads))}"
             )
     else:
-        require_group(gs)
+        try:
+            require_group(gs)
+        except UnknownGroupError as exc:  # a new group's offsets may be set ahead of its first start
+            raise UnknownGroupError(
+                f"{exc}: to set its offsets ahead of its first start, name the topic "
+                "(--topic TOPIC, or --to-offset TOPIC:PARTITION:OFFSET)"
+            ) from None
         tps = sorted(set(gs.committed) | set(gs.assigned))
     if target.kind == "offset":
         tps = _offset_partitions(target, tps)

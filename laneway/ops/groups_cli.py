@@ -215,6 +215,9 @@ def replay(
     --new-group that exists (live members, or committed offsets) is refused too; to move that
     group's own offsets, give it as GROUP.
 
+    A group with no offsets yet may take them ahead of its first start: name the topic with
+    --topic, or in --to-offset TOPIC:PARTITION:OFFSET.
+
     An offset (--to-offset, --shift) past a partition's end offset moves to the end, and one
     before its earliest retained record to that record, each with a warning on stderr.
 

@@ -360,3 +360,34 @@ def test_replay_into_a_new_group_says_the_same_before_in_json_and_in_the_table(
         == committed(kafka_admin, f"{group_id}-table")
         == {0: 2, 1: 10}
     )
+
+
+def test_replay_sets_a_new_group_s_offsets_from_a_to_offset_naming_its_topic(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """A group with no offsets yet: ``--to-offset TOPIC:P:O`` was refused ("unknown consumer
+    group", exit 2) unless ``--topic TOPIC`` named the topic too (a new-user review); the offset
+    names it."""
+    fresh = f"{group_id}-fresh"
+    spec = f"{consumed}:1:3"
+    planned = invoke(kafka_bootstrap, "replay", fresh, "--to-offset", spec, "--dry-run", "--json")
+    assert planned.exit_code == 0, planned.output
+    rows = [
+        (r["topic"], r["partition"], r["before"], r["after"])
+        for r in orjson.loads(planned.stdout)["partitions"]
+    ]
+    assert rows == [(consumed, 1, None, 3)]
+    table = invoke(kafka_bootstrap, "replay", fresh, "--to-offset", spec, "--dry-run")
+    assert table.exit_code == 0 and "dry run: nothing changed" in table.stdout, table.output
+    assert committed(kafka_admin, fresh) == {}
+    moved = invoke(kafka_bootstrap, "replay", fresh, "--to-offset", spec, "--to-offset", "0:7")
+    assert moved.exit_code == 0, moved.output
+    assert committed(kafka_admin, fresh) == {0: 7, 1: 3}
+    # a bare partition names no topic: refused, saying how to name one; nothing changes
+    other = f"{group_id}-other"
+    error = one_line_error(invoke(kafka_bootstrap, "replay", other, "--to-offset", "1:3", "--dry-run"))
+    assert error == (
+        f"error: unknown consumer group {other!r} (no members, no committed offsets): to set its offsets "
+        "ahead of its first start, name the topic (--topic TOPIC, or --to-offset TOPIC:PARTITION:OFFSET)"
+    )
+    assert committed(kafka_admin, other) == {}

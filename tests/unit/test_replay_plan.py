@@ -10,7 +10,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from laneway.engine import gaps
 from laneway.kafka import replay
-from laneway.kafka.admin import InvalidInputError
+from laneway.kafka.admin import InvalidInputError, UnknownGroupError
 from laneway.kafka.groups import GroupState
 from laneway.kafka.replay import ResetRow, ResetTarget, plan_reset
 
@@ -152,3 +152,44 @@ def test_a_new_group_s_applied_rows_keep_the_source_group_s_offsets_as_before(
     # the group itself: before is its own offset just before writing
     own = replay.apply_reset(Admin(), plan_reset(object(), "shop", ResetTarget.earliest()))  # type: ignore[arg-type]
     assert [(r.partition, r.before, r.after) for r in own.rows] == [(0, 7, 5), (1, 10, 0)]
+
+
+def test_a_group_with_no_offsets_takes_the_topic_its_to_offset_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``laneway replay fresh --to-offset orders:1:3`` was refused for a group with no offsets
+    (unknown consumer group) unless ``--topic orders`` came too: the offset names its topic."""
+    monkeypatch.setattr(replay, "group_state", lambda admin, group: GroupState(group, "Dead", 0, (), {}))
+    partitions = {"orders": 2, "other": 1}
+
+    def topic_partitions(admin: object, topic: str) -> list[object]:
+        return [type("P", (), {"id": i})() for i in range(partitions[topic])]
+
+    monkeypatch.setattr(replay, "topic_partitions", topic_partitions)
+    plan = plan_reset(object(), "fresh", ResetTarget.to_offsets({("orders", 1): 3}))
+    assert [(r.topic, r.partition, r.before, r.after) for r in plan.rows] == [("orders", 1, None, 3)]
+    # as --topic orders would: a bare partition is the named topic's
+    plan = plan_reset(object(), "fresh", ResetTarget.to_offsets({("orders", 1): 3, (None, 0): 6}))
+    assert [(r.partition, r.after) for r in plan.rows] == [(0, 6), (1, 3)]
+    same = plan_reset(object(), "fresh", ResetTarget.to_offsets({(None, 1): 3}), topics=["orders"])
+    assert [(r.partition, r.after) for r in same.rows] == [(1, 3)]
+    # the refusals stay: a partition given twice, one the topic lacks, a bare one with two topics
+    with pytest.raises(InvalidInputError, match="partition orders:1 is given twice"):
+        plan_reset(object(), "fresh", ResetTarget.to_offsets({("orders", 1): 3, (None, 1): 4}))
+    with pytest.raises(InvalidInputError, match="partition orders:5 is not among"):
+        plan_reset(object(), "fresh", ResetTarget.to_offsets({("orders", 5): 3}))
+    with pytest.raises(InvalidInputError, match="name one: TOPIC:PARTITION:OFFSET or --topic"):
+        plan_reset(
+            object(), "fresh", ResetTarget.to_offsets({("orders", 1): 3, ("other", 0): 1, (None, 0): 2})
+        )
+    # a bare partition names no topic: still refused, saying how to name one
+    with pytest.raises(UnknownGroupError) as unknown:
+        plan_reset(object(), "fresh", ResetTarget.to_offsets({(None, 1): 3}))
+    assert str(unknown.value) == (
+        "unknown consumer group 'fresh' (no members, no committed offsets): to set its offsets ahead of "
+        "its first start, name the topic (--topic TOPIC, or --to-offset TOPIC:PARTITION:OFFSET)"
+    )
+
+
+def test_a_group_with_offsets_still_resets_only_its_own_partitions() -> None:
+    """The topic an offset names is not taken as --topic for a group that reads others."""
+    with pytest.raises(InvalidInputError, match="partition other:0 is not among the group's partitions"):
+        plan_reset(object(), "shop", ResetTarget.to_offsets({("other", 0): 1}))

@@ -147,6 +147,9 @@ class App:
         self._dead_letters: KafkaDeadLetters | None = None
         self._server: HealthServer | None = None
         self._gc_tuned = False  # this app's start tuned the collector (running.close restores it)
+        #: the start got as far as its "started" line: the shutdown then says "stopped" at INFO (a
+        #: start that failed says only its error: the command's one line)
+        self._launched = False
         self._life = Lifecycle(name)
         self.fatal: BaseException | None = None
 
@@ -269,6 +272,7 @@ class App:
         except BaseException:
             quietly(self.shutdown, "closing after a failed start failed")  # the start's error is raised
             raise
+        self._launched = True
         self._life.watch(self.shutdown)  # a stop() or a halt shuts the app down
         return self
 
@@ -323,7 +327,10 @@ class App:
             raise
         finally:
             self._life.done()
-        logger.info("%s stopped", self.settings.name)
+        if self._launched:
+            logger.info("%s stopped", self.settings.name)
+        else:  # the start failed, and its error says so: "stopped" would be a second line for it
+            logger.debug("%s stopped after its start failed", self.settings.name)
 
     def _close(self) -> None:
         running.close(self)

@@ -52,9 +52,8 @@ def bind_server(app: App) -> HealthServer | None:
 def launch(app: App, server: HealthServer | None) -> None:
     """Start the HTTP endpoint, the workers and the consumers."""
     s = app.settings
-    if server is not None and (wanted := s.metrics_server) is not None:
+    if server is not None:
         app._server = server.start()
-        logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
     if s.gc_tuning:
         tune_gc()
         app._gc_tuned = True
@@ -87,6 +86,9 @@ def launch(app: App, server: HealthServer | None) -> None:
         )
         app.sources.append(source)
         source.start()
+    # said once the consumers started: a start that fails says only its error
+    if server is not None and (wanted := s.metrics_server) is not None:
+        logger.info("metrics and health on http://%s:%d", wanted.host, server.port)
     started = "%s started: %d consumer(s), concurrency %d, topics %s"
     logger.info(started, s.name, s.consumers, s.concurrency, topics)
 

@@ -6,6 +6,7 @@ sources and the engine real."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import laneway.kafka.commit
 import laneway.kafka.source
 import laneway.kafka.transaction_timeout
 import laneway.running
-from laneway import App, ConfigError, ExactlyOnce
+from laneway import App, ConfigError, ExactlyOnce, MetricsServer
 from laneway.kafka.access import KafkaAccessDenied
 from tests.unit.test_app_lifecycle import FakeLetters
 
@@ -196,3 +197,48 @@ def test_a_refusal_while_closing_is_one_line_other_failures_keep_their_traceback
     assert refused.getMessage().startswith("closing the consumer failed: access denied: ")
     assert "user 'app'" in refused.getMessage() and refused.exc_info is None
     assert other.getMessage() == "final commit failed" and other.exc_info is not None
+
+
+def test_a_failed_start_logs_no_line_of_its_own(
+    clients: list[FakeConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start that failed as the consumers started logged ``eos stopped`` at INFO (and, with a
+    metrics server, ``metrics and health on ...``) before ``laneway run``'s ``error:`` line:
+    two lines where the docs promise one. A start that succeeds still says both."""
+    app = App(
+        "eos",
+        bootstrap_servers="127.0.0.1:1",
+        gc_tuning=False,
+        exactly_once=ExactlyOnce(),
+        metrics_server=MetricsServer(port=0),
+    )
+    app.handler("app-in")(print)
+    with caplog.at_level("DEBUG", logger="laneway"), pytest.raises(KafkaAccessDenied):
+        app.start()
+    assert app.state == "stopped"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+    assert "eos stopped after its start failed" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_start_that_succeeds_says_started_and_stopped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.unit.test_app_lifecycle import FakeSource
+
+    FakeSource.made = []
+    FakeSource.hold = FakeSource.fail = None
+    monkeypatch.setattr(laneway.running, "KafkaSource", FakeSource)
+    monkeypatch.setattr(laneway.running, "KafkaDeadLetters", FakeLetters)
+    monkeypatch.setattr(App, "check", lambda self: None)
+    app = App("fine", bootstrap_servers="127.0.0.1:1", gc_tuning=False, metrics_server=MetricsServer(port=0))
+    app.handler("app-in")(print)
+    with caplog.at_level("INFO", logger="laneway"):
+        app.start()
+        port = app.metrics_port
+        app.shutdown()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [
+        f"metrics and health on http://127.0.0.1:{port}",
+        "fine started: 1 consumer(s), concurrency 64, topics ['app-in']",
+        "fine stopped",
+    ]

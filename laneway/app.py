@@ -66,7 +66,7 @@ class App:
     keywords they replace (``commit_interval``, ``shutdown_timeout``, ``metrics_port``,
     ``exactly_once=True``, ``transactional_id`` ...: see
     :data:`laneway.settings.DEPRECATED_KEYWORDS`) still work for one release, with a
-    :class:`DeprecationWarning`.
+    :class:`~laneway.errors.LanewayDeprecationWarning`, shown by default.
     """
 
     def __init__(

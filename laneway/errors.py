@@ -42,11 +42,25 @@ it. A second base in brackets is there for callers that catch it::
 
 A handler raising an exception is not an engine error: the event's :class:`Retry`
 policy decides between another attempt and the dead-letter topic.
+
+Laneway's one warning, :class:`LanewayDeprecationWarning` (a ``DeprecationWarning``), is shown
+by default: :func:`show_deprecations` (called as ``laneway`` is imported) adds a filter for it.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeadLetterError", "EngineStopped", "HandlerFailed", "LanewayError"]
+import sys
+import warnings
+
+__all__ = [
+    "ConfigError",
+    "DeadLetterError",
+    "EngineStopped",
+    "HandlerFailed",
+    "LanewayDeprecationWarning",
+    "LanewayError",
+    "show_deprecations",
+]
 
 
 def text_of(error: BaseException) -> str:
@@ -107,3 +121,17 @@ class DeadLetterError(LanewayError):
 
 class EngineStopped(LanewayError):
     """The engine is closing and takes no more work."""
+
+
+class LanewayDeprecationWarning(DeprecationWarning):
+    """A keyword (or a form of one) Laneway still accepts for one release: the message names
+    what replaces it. A plain ``DeprecationWarning`` is hidden by Python's default filters outside
+    ``__main__``, so a user of ``laneway run`` (which imports the app's module) never saw one."""
+
+
+def show_deprecations() -> None:
+    """Show each :class:`LanewayDeprecationWarning` once per place that triggers it (the filter
+    action ``default``), unless the interpreter was given warning options (``-W``,
+    ``PYTHONWARNINGS``): those decide, as the user asked (``-W error::DeprecationWarning``)."""
+    if not sys.warnoptions:
+        warnings.filterwarnings("default", category=LanewayDeprecationWarning)

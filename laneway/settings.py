@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from laneway.engine.policies import Backpressure, ExactlyOnce, MetricsServer, Timeouts
-from laneway.errors import ConfigError
+from laneway.errors import ConfigError, LanewayDeprecationWarning
 from laneway.kafka.client_config import empty_broker_list
 from laneway.kafka.config_check import librdkafka_refusal
 from laneway.kafka.secrets import redact
@@ -103,7 +103,7 @@ def shared_client_config(kafka_config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kafka_config.items() if k in SHARED_KEYS or k.startswith(SHARED_PREFIXES)}
 
 
-#: the keywords App took before the policy objects: one release with a DeprecationWarning
+#: the keywords App took before the policy objects: one release with a LanewayDeprecationWarning
 DEPRECATED_KEYWORDS: Final[dict[str, str]] = {
     "commit_interval": "timeouts=Timeouts(commit_interval=...)",
     "shutdown_timeout": "timeouts=Timeouts(shutdown=...)",
@@ -379,9 +379,9 @@ def upgrade_keywords(
     producer_config: object = None,
 ) -> tuple[Timeouts | None, MetricsServer | None, ExactlyOnce | None]:
     """The policy objects with the deprecated keywords (:data:`DEPRECATED_KEYWORDS`) folded in,
-    after one :class:`DeprecationWarning` naming them; an unknown keyword is a ``TypeError``.
-    ``kafka_config`` and ``producer_config`` are checked to be dicts first (:func:`check_dicts`):
-    the App merges them before its settings are validated."""
+    after one :class:`~laneway.errors.LanewayDeprecationWarning` naming them; an unknown keyword
+    is a ``TypeError``. ``kafka_config`` and ``producer_config`` are checked to be dicts first
+    (:func:`check_dicts`): the App merges them before its settings are validated."""
     check_dicts(kafka_config=kafka_config, producer_config=producer_config)
     for key in deprecated:
         if key not in DEPRECATED_KEYWORDS:
@@ -395,7 +395,7 @@ def upgrade_keywords(
     warnings.warn(
         "App(" + ", ".join(f"{k}=..." for k in old) + ") is deprecated and goes in the next release: "
         "use " + "; ".join(DEPRECATED_KEYWORDS[k] for k in old),
-        DeprecationWarning,
+        LanewayDeprecationWarning,
         stacklevel=3,
     )
     given = {

@@ -3,7 +3,9 @@
 Every module of laneway is imported (pyspark is installed, so the spark modules import too);
 every public class (no leading underscore) it defines that subclasses BaseException must
 subclass :class:`laneway.errors.LanewayError`, and must be drawn in the tree of
-``laneway/errors.py``'s docstring under the parent it has in the code.
+``laneway/errors.py``'s docstring under the parent it has in the code. A warning is not an error:
+Laneway's one, :class:`laneway.errors.LanewayDeprecationWarning`, is a ``DeprecationWarning``
+outside the tree, defined beside it.
 """
 
 from __future__ import annotations
@@ -80,10 +82,19 @@ def test_every_public_exception_is_a_laneway_error() -> None:
     outside = sorted(
         f"{name} (bases: {', '.join(b.__qualname__ for b in cls.__bases__)})"
         for name, cls in _exception_classes().items()
-        if not issubclass(cls, LanewayError) and name not in _PENDING
+        if not issubclass(cls, LanewayError | Warning) and name not in _PENDING
     )
     print("\n".join(outside))
     assert outside == [], "public exceptions outside laneway.errors.LanewayError"
+
+
+def test_laneway_s_one_warning_is_a_deprecation_warning_beside_the_tree() -> None:
+    """Raised by ``-W error``, it is not a LanewayError: code catching those does not take it."""
+    warns = {name: cls for name, cls in _exception_classes().items() if issubclass(cls, Warning)}
+    assert warns == {"laneway.errors.LanewayDeprecationWarning": laneway.errors.LanewayDeprecationWarning}
+    assert issubclass(laneway.LanewayDeprecationWarning, DeprecationWarning)
+    assert not issubclass(laneway.LanewayDeprecationWarning, LanewayError)
+    assert "LanewayDeprecationWarning" in (laneway.errors.__doc__ or "")
 
 
 def test_the_docstring_draws_every_exception_under_its_parent() -> None:

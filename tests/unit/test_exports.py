@@ -21,6 +21,7 @@ def test_top_level_exports() -> None:
         "Event",
         "ExactlyOnce",
         "HandlerFailed",
+        "LanewayDeprecationWarning",
         "LanewayError",
         "MetricsServer",
         "OutputError",

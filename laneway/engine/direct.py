@@ -337,7 +337,7 @@ def _finish(
         state.tracker.done_many([ev.offset for ev in ran], increasing)
         for ev in ran:
             if ev.outputs:
-                state.outputs.append((ev.offset, ev.outputs))
+                table.output_bytes += state.keep_outputs(ev.offset, ev.outputs)
     table.events_in_memory -= done
     table.bytes_in_memory -= size
     if 0 <= table.events_in_memory <= table.room_at:
@@ -377,7 +377,7 @@ def _lane_rest(
                 state.tracker.done_many([ev.offset for ev in ok], increasing)
                 for ev in ok:
                     if ev.outputs:
-                        state.outputs.append((ev.offset, ev.outputs))
+                        table.output_bytes += state.keep_outputs(ev.offset, ev.outputs)
         for ev, what in rest:
             lid = _lanes.lane_id(spec, ev)
             lane = lanes.get(lid) if lid is not None else None

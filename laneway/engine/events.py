@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "Headers", "Output", "TopicPartition"]
+__all__ = ["Event", "Headers", "Output", "TopicPartition", "output_size"]
 
 #: (topic, partition)
 TopicPartition = tuple[str, int]
@@ -72,6 +72,16 @@ class Event:
     def __repr__(self) -> str:  # the log lines' form of an event: a dead letter's, a timeout's
         key = _key_text(self.key)
         return f"Event({self.topic}[{self.partition}]@{self.offset} key={key} attempt={self.attempt})"
+
+
+def output_size(outputs: list[Output]) -> int:
+    """The bytes ``outputs`` hold, as the byte cap counts them: keys, values and headers."""
+    size = 0
+    for _, key, value, headers in outputs:
+        size += len(key or b"") + len(value or b"")
+        if headers:
+            size += sum([len(name) + len(v or b"") for name, v in headers])
+    return size
 
 
 def _output(topic: object, key: object, value: object, headers: object) -> Output:

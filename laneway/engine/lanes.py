@@ -138,6 +138,7 @@ class LaneTable:
         "key_cap",
         "lanes",
         "lock",
+        "output_bytes",
         "room",
         "room_at",
         "room_waiters",
@@ -158,6 +159,9 @@ class LaneTable:
         self.lanes: dict[Hashable, Lane] = {}
         self.events_in_memory = 0
         self.bytes_in_memory = 0
+        #: the bytes finished events emitted, held until the commit position passes them
+        #: (:meth:`PartitionState.keep_outputs <laneway.engine.partitions.PartitionState.keep_outputs>`)
+        self.output_bytes = 0
         #: events of conflating handlers marked done unrun (a newer one of their key ran)
         self.conflated = 0
         #: a key's lane longer than this is noted in :attr:`hot` by ``place``
@@ -267,7 +271,7 @@ class LaneTable:
             state.running -= 1
             state.tracker.done(ev.offset)
             if ev.outputs:
-                state.outputs.append((ev.offset, ev.outputs))
+                self.output_bytes += state.keep_outputs(ev.offset, ev.outputs)
             events = lane
             events.popleft()
             self.events_in_memory -= 1

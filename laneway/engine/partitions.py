@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from laneway.engine import gaps
-from laneway.engine.events import Event, Output, TopicPartition
+from laneway.engine.events import Event, Output, TopicPartition, output_size
 from laneway.engine.offsets import OffsetTracker
 
 __all__ = ["NEAR_LIMIT", "Commits", "Ledger", "PartitionState", "PartitionStatus"]
@@ -44,6 +44,10 @@ class PartitionState:
     owner: object = None
     #: records emitted by finished events, waiting for the commit position to pass them
     outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
+    #: their bytes (:func:`~laneway.engine.events.output_size`), held in the byte cap's count
+    output_bytes: int = 0
+    #: revoked, and what its events emitted dropped (see :meth:`keep_outputs`)
+    dropped: bool = False
     #: offsets finished before the last commit's owner stopped (read from its metadata): when
     #: they come again they are marked done unrun, and counted in ``skipped``
     skip: set[int] = field(default_factory=set)
@@ -58,6 +62,17 @@ class PartitionState:
     #: the oldest unfinished record as :meth:`Ledger.status` last saw it: (offset, since when it
     #: is the oldest (monotonic), its event or None when it was not found at a lane's head)
     head: tuple[int, float, Event | None] | None = None
+
+    def keep_outputs(self, offset: int, outputs: list[Output]) -> int:
+        """Hold what the finished event at ``offset`` emitted until the position passes it;
+        returns its bytes, for the table's count (the lock is held). Nothing is held once the
+        partition's outputs were dropped (:meth:`Ledger.discard_outputs`): a late event's."""
+        if self.dropped:
+            return 0
+        self.outputs.append((offset, outputs))
+        size = output_size(outputs)
+        self.output_bytes += size
+        return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,18 +171,22 @@ class Ledger:
         tps: Iterable[TopicPartition],
         owner: object,
         finished: Mapping[TopicPartition, set[int]] | None = None,
-    ) -> None:
-        """A fresh state per partition; one another owner still held is marked revoked.
-        ``finished``: per partition, offsets past its committed position that are done already
-        (from the commit's metadata): they are skipped when they come."""
+    ) -> int:
+        """A fresh state per partition; one another owner still held is marked revoked, and
+        what its finished events emitted is dropped (its work will be redone): returns those
+        bytes. ``finished``: per partition, offsets past its committed position that are done
+        already (from the commit's metadata): they are skipped when they come."""
+        freed = 0
         for tp in tps:
             old = self.states.get(tp)
             if old is not None:
                 old.revoked = True
                 self.skipped_before += old.skipped
+                freed += old.output_bytes
             state = self.states[tp] = PartitionState(tp, owner=owner)
             if finished and tp in finished:
                 state.skip = set(finished[tp])
+        return freed
 
     def commits(self, owner: object, max_metadata: int) -> Commits:
         """Per partition of ``owner`` whose position or finished offsets beyond it changed since
@@ -279,15 +298,15 @@ class Ledger:
                 state.tracker.skip_to(offset)
 
     def revoke(self, tps: Iterable[TopicPartition], owner: object) -> list[PartitionState]:
-        """Remove ``owner``'s states of ``tps`` and mark them revoked; those with outputs are
-        kept aside for :meth:`take_outputs`. Returns the removed states."""
+        """Remove ``owner``'s states of ``tps`` and mark them revoked, kept aside for
+        :meth:`take_outputs` (an event still running may emit before the revoke's commit) until
+        :meth:`discard_outputs`. Returns the removed states."""
         revoking = [s for tp in tps if (s := self.owned(tp, owner)) is not None]
         for s in revoking:
             del self.states[s.tp]
             s.revoked = True
             self.skipped_before += s.skipped
-            if s.outputs:
-                self.retired[s.tp] = s
+            self.retired[s.tp] = s
         return revoking
 
     @staticmethod
@@ -316,12 +335,21 @@ class Ledger:
             ready = sorted((o for o in state.outputs if o[0] < pos), key=lambda o: o[0])
             if ready:
                 state.outputs = [o for o in state.outputs if o[0] >= pos]
+                taken = len(out)
                 for _, records in ready:
                     out.extend(records)
-            if not state.outputs:
-                self.retired.pop(tp, None)
+                state.output_bytes -= output_size(out[taken:])
         return out
 
-    def discard_outputs(self, tps: Iterable[TopicPartition]) -> None:
+    def discard_outputs(self, tps: Iterable[TopicPartition]) -> int:
+        """Drop what revoked partitions emitted and did not go with their last commit, and what
+        their events still running will emit; returns those bytes."""
+        freed = 0
         for tp in tps:
-            self.retired.pop(tp, None)
+            state = self.retired.pop(tp, None)
+            if state is not None:
+                state.dropped = True
+                freed += state.output_bytes
+                state.output_bytes = 0
+                state.outputs = []
+        return freed

@@ -30,7 +30,7 @@ from laneway.engine.aio import AsyncPool, EventLoop, loop_factory
 from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_direct
 from laneway.engine.dispatch import Dispatching
-from laneway.engine.events import Event, Output, TopicPartition
+from laneway.engine.events import Event, Output, TopicPartition, output_size
 from laneway.engine.failures import letters_log, timeouts_log
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.inbox import DueLanes, Inbox
@@ -134,7 +134,9 @@ class Processor(Dispatching):
 
     @property
     def bytes_in_memory(self) -> int:
-        return self.table.bytes_in_memory
+        """The bytes held: the events' keys and values, and what finished events emitted until
+        the commit position passes it (both count in the byte cap)."""
+        return self.table.bytes_in_memory + self.table.output_bytes
 
     @property
     def loop_heartbeat(self) -> float | None:
@@ -161,7 +163,7 @@ class Processor(Dispatching):
         if not self._started:
             self.start()
         with self._lock:
-            self._ledger.assign(tps, owner, finished)
+            self.table.output_bytes -= self._ledger.assign(tps, owner, finished)
 
     def commits(self, owner: object = None, max_metadata: int = 4096) -> Commits:
         """:meth:`positions` with the finished offsets beyond each as commit metadata, for the
@@ -327,12 +329,15 @@ class Processor(Dispatching):
     def take_outputs(self, positions: Mapping[TopicPartition, int]) -> list[Output]:
         """Remove and return, in offset order, what finished events below ``positions`` emitted."""
         with self._lock:
-            return self._ledger.take_outputs(positions)
+            out = self._ledger.take_outputs(positions)
+            if out:
+                self.table.output_bytes -= output_size(out)
+            return out
 
     def discard_outputs(self, tps: Iterable[TopicPartition]) -> None:
         """Forget what revoked partitions emitted (they were lost: their work will be redone)."""
         with self._lock:
-            self._ledger.discard_outputs(tps)
+            self.table.output_bytes -= self._ledger.discard_outputs(tps)
 
     def drain(self, timeout: float) -> bool:
         """Wait until nothing is held in memory; False on timeout."""
@@ -397,7 +402,7 @@ class Processor(Dispatching):
     def gauges(self) -> dict[str, float]:
         return {
             "events_in_memory": self.table.events_in_memory,
-            "bytes_in_memory": self.table.bytes_in_memory,
+            "bytes_in_memory": self.table.bytes_in_memory + self.table.output_bytes,
             "lanes": len(self.table.lanes),
             "parked": self._parked,
             "conflated": self.table.conflated,

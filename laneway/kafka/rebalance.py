@@ -96,6 +96,8 @@ class RebalanceCallbacks:
         # where a synchronous commit blocked for good while a cooperative rebalance was pending
         closing = self._committer.closing
         self._committer.commit(commits, asynchronous=closing)
+        # what the commit's positions did not pass is the next owner's to redo
+        self._processor.discard_outputs(tps)
         self._assigned.difference_update(tps)
         self._held.difference_update(tps)
         for t, p in tps:

@@ -14,7 +14,7 @@ retries_total{topic}                counter    attempts scheduled again after a 
 dead_letters_total{topic,reason}    counter    records sent to the dead-letter topic
 stuck_handlers_total{topic}         counter    attempts that ran past the handler timeout
 events_in_memory                    gauge      queued + delayed + retrying + running events
-bytes_in_memory                     gauge      their key and value bytes
+bytes_in_memory                     gauge      their key and value bytes, and the outputs waiting
 lanes                               gauge      key and partition lanes holding work
                                                (``unordered`` events have none)
 event_time_to_done_seconds{topic}   histogram  now minus the record's Kafka timestamp when its

@@ -64,3 +64,63 @@ def test_an_output_over_the_clients_size_limit_halts_the_app_naming_the_topic(
     with pytest.raises(OutputError, match=f"to {output}: .*MSG_SIZE_TOO_LARGE"):
         app.run_until(lambda: False, timeout=60)
     assert committed(kafka_bootstrap, group_id, source, 1)[0] < 2
+
+
+def test_outputs_waiting_behind_a_stuck_record_are_held_within_the_byte_cap(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """The outputs of finished records wait for the position to pass them; behind a stuck record
+    they count in ``max_bytes``, so the consumer stops taking records once they fill it (a review
+    saw a 100,000-record backlog fetched and finished, 190 MB of outputs held, with a 64 MiB cap).
+    Released, every record's output is produced once."""
+    import asyncio
+    import threading
+    import time
+
+    from laneway import Backpressure
+
+    source = make_topic(partitions=1)
+    output = make_topic(partitions=1, prefix="out")
+    dlq = make_topic(partitions=1, prefix="dlq")
+    n, cap = 20_000, 4 * 1024 * 1024
+    produce_keyed(kafka_bootstrap, source, n, keys=100)
+    release = threading.Event()
+    done: list[int] = []
+    app = App(
+        "emit-held",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=64,
+        backpressure=Backpressure(max_events=2_000, max_bytes=cap),
+    )
+
+    @app.handler(source, dead_letter_topic=dlq)
+    async def handle(ev: Event) -> None:
+        while ev.offset == 0 and not release.is_set():
+            await asyncio.sleep(0.02)
+        ev.emit(output, b"x" * 2000, key=ev.key)
+        done.append(ev.offset)
+
+    runner = threading.Thread(
+        target=app.run_until, args=(lambda: committed(kafka_bootstrap, group_id, source, 1)[0] == n, 120)
+    )
+    runner.start()
+    try:
+        # until the count stands still for 2 s (a guard of 60 s against hanging, not a timed assert)
+        last, still, deadline = -1, time.monotonic(), time.monotonic() + 60
+        while time.monotonic() < deadline and (len(done) != last or time.monotonic() - still < 2):
+            if len(done) != last:
+                last, still = len(done), time.monotonic()
+            time.sleep(0.1)
+        held = len(done)
+        assert app.processor is not None
+        # a cap's worth of outputs, and those of the records already taken in (the event cap)
+        assert 0 < held <= cap // 2000 + 2 * 2_000, held
+        assert app.processor.bytes_in_memory <= cap + 2 * 2_000 * 2100, app.processor.bytes_in_memory
+    finally:
+        release.set()
+        runner.join(150)
+    assert not runner.is_alive()
+    assert sorted(done) == list(range(n))
+    outputs = read_all(kafka_bootstrap, output, n)
+    assert len(outputs) == n

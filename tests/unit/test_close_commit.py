@@ -81,6 +81,8 @@ class Ledger:
     def take_outputs(self, positions: Any) -> list[Any]:
         return []
 
+    def discard_outputs(self, tps: Any) -> None: ...
+
     def skip_unseen(self, positions: Any, **kw: Any) -> None: ...
 
 

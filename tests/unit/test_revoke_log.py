@@ -35,6 +35,8 @@ class _Processor:
     def revoke_commits(self, tps: Any, timeout: float, **kw: Any) -> dict[Any, Any]:
         return self.commits
 
+    def discard_outputs(self, tps: Any) -> None: ...
+
 
 class _Consumer:
     def resume(self, parts: Any) -> None: ...

@@ -271,7 +271,11 @@ class AppSettings(BaseModel):
                 "--metrics-host",
                 f"{host} needs --metrics-port (the app has no metrics server): add --metrics-port 9100, say",
             )
-        server = with_metrics_server(self.metrics_server, port=port, host=host)
+        try:
+            server = with_metrics_server(self.metrics_server, port=port, host=host)
+        except ConfigError as exc:  # named as the command line gives it: --metrics-port 99999
+            option = {"metrics_server.port": "--metrics-port", "metrics_server.host": "--metrics-host"}
+            raise ConfigError(option.get(exc.field, exc.field), exc.reason) from None
         return self if server is self.metrics_server else self.model_copy(update={"metrics_server": server})
 
     def with_kafka_config(

@@ -17,7 +17,7 @@ from laneway.ops.run_cli import load_app
     ("option", "says"),
     [
         (["--log-level", "bogus"], "--log-level: unknown level 'bogus'"),
-        (["--metrics-port", "99999"], "metrics_server.port: must be a port number"),
+        (["--metrics-port", "99999"], "error: --metrics-port: must be a port number"),  # the option, as given
     ],
 )
 def test_a_bad_option_is_one_line_and_exit_2(

@@ -56,24 +56,42 @@ def encode(position: int, finished: Iterable[int]) -> str:
 
 
 def encode_within(position: int, finished: list[int], limit: int) -> tuple[str, int]:
-    """The encoding of a prefix of ``finished`` (sorted, each > ``position``) whose text takes
-    at most ``limit`` characters, and how many offsets it names: all of them when they fit,
-    else the longest prefix a bisection finds (an encoding grows with its prefix, but for a few
-    characters where it changes form); ``("", 0)`` when not even an empty one fits. A restart
-    skips what it names and redoes the rest: a prefix is always safe to commit."""
-    whole = encode(position, finished)
-    if len(whole) <= limit:
-        return whole, len(finished)
-    # an encoding's length never shrinks as offsets are added at its end: bisect the prefix
-    lo, hi = 0, len(finished) - 1  # the longest fitting prefix has lo..hi offsets
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if len(encode(position, finished[:mid])) <= limit:
-            lo = mid
+    """The encoding of the longest prefix of ``finished`` (sorted, each > ``position``) whose
+    text takes at most ``limit`` characters, and how many offsets it names; ``("", 0)`` when not
+    even an empty one fits. A restart skips what it names and redoes the rest: a prefix is
+    always safe to commit. One pass measures each prefix's text as :func:`encode` writes it
+    (stopping once both forms are past the limit), then the chosen prefix is encoded once."""
+    room = limit - len(VERSION) - 1  # after the version and the form's letter
+    if room < 0:
+        return "", 0
+    top = finished[-1] - position - 1 if finished else 0
+    if (4 * (top // 8 + 1) + 2) // 3 + 9 <= room:  # the bitmap fits, and runs chosen over it too
+        return encode(position, finished), len(finished)
+    best = 0
+    done = 0  # the characters of the runs before the current one, each with its comma
+    end = 0  # the first relative offset after the run before the current one
+    start = prev = -2
+    for k, o in enumerate(finished, 1):
+        o -= position + 1
+        if o == prev + 1:
+            prev = o
         else:
-            hi = mid - 1
-    text = encode(position, finished[:lo])
-    return (text, lo) if len(text) <= limit else ("", 0)
+            if k > 1:
+                done += _hex_len(start - end) + _hex_len(prev - start + 1) + 2
+                end = prev + 1
+            start = prev = o
+        runs = done + _hex_len(start - end) + _hex_len(prev - start + 1) + 1
+        bitmap = (4 * (o // 8 + 1) + 2) // 3  # base64 without padding
+        if min(runs, bitmap) > room:
+            break  # both forms only grow from here
+        if (runs if runs + 1 <= 8 + o // 6 else min(runs, bitmap)) <= room:
+            best = k
+    return encode(position, finished if best == len(finished) else finished[:best]), best
+
+
+def _hex_len(n: int) -> int:
+    """The hexadecimal digits of ``n`` >= 0, as ``f"{n:x}"`` writes it."""
+    return 1 if n < 16 else (n.bit_length() + 3) // 4
 
 
 def decode(position: int, text: str, limit: int | None = None) -> set[int]:

@@ -75,7 +75,8 @@ def test_nothing_unfinished_is_ever_skipped(n: int, order: object, crash_at: int
 )
 def test_a_text_within_the_limit_names_a_prefix(position: int, finished: set[int], limit: int) -> None:
     """Past the limit the commit names the lowest finished offsets that fit: never an offset
-    that is not finished, never one above an offset it leaves out, never over the limit."""
+    that is not finished, never one above an offset it leaves out, never over the limit, and
+    the longest such prefix."""
     offsets = sorted(position + o for o in finished)
     text, named = gaps.encode_within(position, offsets, limit)
     assert len(text) <= limit
@@ -86,6 +87,7 @@ def test_a_text_within_the_limit_names_a_prefix(position: int, finished: set[int
     if len(gaps.encode(position, offsets)) <= limit:
         assert named == len(offsets)  # all of them when they fit
     else:
-        assert named < len(offsets)
-        # one offset more would not fit (the bisection's last step tested it)
-        assert len(gaps.encode(position, offsets[: named + 1])) > limit
+        # the longest prefix that fits: no longer one does
+        assert all(
+            len(gaps.encode(position, offsets[:k])) > limit for k in range(named + 1, len(offsets) + 1)
+        )

@@ -13,6 +13,7 @@ Errors: the :mod:`laneway.kafka.admin` ones (unknown topic, malformed filter, un
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 import uuid
@@ -111,15 +112,32 @@ class DeadLetter:
         return self.info.get(f"laneway.{name}")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The letter for ``--json``, whole: a key or value that is not UTF-8 also as
+        ``key_base64`` / ``value_base64`` (its text has U+FFFD for the bytes it cannot show), and
+        a header without a value as null."""
+        out: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
             "timestamp": self.timestamp,
             "key": self.field("key"),
             "value": None if self.value is None else self.value.decode("utf-8", "replace"),
-            "headers": self.info,
+            "headers": {
+                name: None if v is None else v.decode("utf-8", "replace") for name, v in self.headers
+            },
         }
+        for name, data in (("key", self.key), ("value", self.value)):
+            if data is not None and not _is_utf8(data):
+                out[f"{name}_base64"] = base64.b64encode(data).decode()
+        return out
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,17 @@ class PeriodicCommits:
         self._held = near
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """The client's callback for an asynchronous commit (served by poll)."""
+        """The client's callback for an asynchronous commit (served by poll). Metadata the broker
+        refuses as too large (its ``offset.metadata.max.bytes`` set below Laneway's limit) halves
+        the limit, for the commit sent again on the next tick."""
+        errors = (err, *(p.error for p in partitions))
+        if any(e is not None and e.code() == KafkaError.OFFSET_METADATA_TOO_LARGE for e in errors):
+            self._metadata_limit //= 2
+            logger.warning(
+                "the broker refused a commit's metadata as too large: commits now carry at most %d "
+                "characters of it (set below the broker's offset.metadata.max.bytes)",
+                self._metadata_limit,
+            )
         self._committer.on_commit(err, partitions)
 
     def _skip_unseen(self) -> None:

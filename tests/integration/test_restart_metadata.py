@@ -3,6 +3,7 @@ finished beyond its position, and a new owner skips them. Counted per offset."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import Counter
@@ -119,3 +120,56 @@ def test_metadata_laneway_did_not_write_is_ignored_with_a_warning(
     assert app.processor is not None and app.processor.skipped() == 0
     warned = [r.getMessage() for r in caplog.records if r.name == "laneway.kafka.commit_metadata"]
     assert len(warned) == 1 and "not written by Laneway" in warned[0] and "'hello'" in warned[0]
+
+
+def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_restart_redoes_the_rest(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stuck key holding every 10th offset: the other 90% of 40,000 records finish, and their
+    offsets need about 6,700 characters, over the broker's 4,096. The commits name the lowest of
+    them that fit under it (the broker refuses a text of exactly 4,096: a review saw every such
+    commit refused, and the last one it took named 700 fewer); a restart redoes the rest."""
+    from laneway.engine import gaps
+
+    n, stuck = 40_000, frozenset(range(0, 40_000, 10))
+    topic = make_topic(partitions=1)
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 10})
+    for i in range(n):
+        p.produce(topic, key=b"stuck" if i in stuck else f"k{i % 50}".encode(), value=str(i).encode())
+    assert p.flush(30) == 0
+    gate = threading.Event()
+    first: set[int] = set()
+    app = _app(kafka_bootstrap, group_id, False)
+
+    @app.handler(topic, on_failure="halt")
+    async def stuck_first(ev: Event) -> None:
+        if ev.key == b"stuck":
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+        first.add(ev.offset)
+
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert app.run_until(lambda: len(first) == n - len(stuck), timeout=90)
+    finally:
+        gate.set()
+    pos, meta = _metadata(kafka_bootstrap, group_id, topic)
+    assert pos == 0 and meta is not None
+    finished = sorted(set(range(n)) - stuck)
+    expected, named = gaps.encode_within(0, finished, 4095)
+    assert meta == expected and 3_500 < len(meta) < 4_096 and 0 < named < len(finished)
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "OFFSET_METADATA_TOO_LARGE" in m], said
+    assert len([m for m in said if "pass the commit metadata's limit" in m]) == 1
+
+    second: Counter[int] = Counter()
+    app2 = _app(kafka_bootstrap, group_id, False)
+
+    @app2.handler(topic, on_failure="halt")
+    def runs(ev: Event) -> None:
+        second[ev.offset] += 1
+
+    ends = end_offsets(kafka_bootstrap, topic, 1)
+    assert app2.run_until(lambda: committed(kafka_bootstrap, group_id, topic, 1) == ends, timeout=90)
+    # each record the commit did not name ran again once; none it named
+    assert second == Counter(set(range(n)) - set(finished[:named]))

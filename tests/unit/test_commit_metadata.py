@@ -115,6 +115,9 @@ def test_near_the_limit_the_partition_is_reported_and_past_it_a_prefix_is_named(
         warned = [m for m in said if "pass the commit metadata's limit" in m]
         assert len(warned) == 1 and f"the first {len(named)} of 1000" in warned[0], warned
         assert proc.near_metadata_limit() == {TP}
+        # a text of exactly the limit is refused by the broker: the commit stays under it
+        ((_, under),) = proc.final_commits(max_metadata=len(text)).values()
+        assert under is not None and len(under) < len(text)
         assert proc.final_commits(max_metadata=len(text) * 2) == {TP: (0, text)}
         assert proc.near_metadata_limit() == set()  # under 3/4 of a larger limit
         assert proc.final_commits(max_metadata=0) == {TP: (0, None)}  # 0: no metadata at all
@@ -199,3 +202,36 @@ def test_laneway_lag_shows_the_records_finished_beyond_each_position() -> None:
     console.print(_lag_table(lag))
     text = console.export_text()
     assert "finished beyond" in text and "1990" in text
+
+
+def test_metadata_the_broker_refuses_as_too_large_halves_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    """A broker whose offset.metadata.max.bytes is below Laneway's 4096 refuses each commit with
+    long metadata: the refusal halves the limit the next commits use, with a warning."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    from laneway.engine.policies import Backpressure
+    from laneway.kafka.source import KafkaSource
+    from laneway.monitor.metrics import PrometheusMetrics
+
+    source = KafkaSource(
+        {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"},  # never started: no connection
+        ["t"],
+        processor=None,  # type: ignore[arg-type]
+        backpressure=Backpressure(),
+        metrics=PrometheusMetrics(),
+    )
+    before = source._metadata_limit
+    source._on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT), [KafkaTP("t", 0, 6)])
+    assert source._metadata_limit == before  # another failure: the limit stays
+    with caplog.at_level(logging.WARNING, logger="laneway.kafka.source"):
+        source._on_commit(KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE), [KafkaTP("t", 0, 6)])
+        # a partition's own error (the client's TopicPartition takes no error from Python)
+        part = SimpleNamespace(
+            topic="t", partition=0, offset=6, error=KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE)
+        )
+        source._on_commit(None, [part])  # type: ignore[list-item]
+    assert source._metadata_limit == before // 4
+    assert sum("refused a commit's metadata as too large" in r.getMessage() for r in caplog.records) == 2

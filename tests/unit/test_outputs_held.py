@@ -96,3 +96,31 @@ def test_an_event_finishing_while_the_revoke_waits_has_its_outputs_produced() ->
     finally:
         gate.set()
         proc.close()
+
+
+def test_a_partition_taken_by_another_owner_drops_the_old_owner_s_outputs_late_ones_too() -> None:
+    """With ``consumers=N``, a partition assigned to B while A still holds it: A's outputs leave
+    the count, and so do those of A's event that finishes later (they were counted for good)."""
+    gate = threading.Event()
+    a, b = object(), object()
+
+    def handle(ev: Event) -> None:
+        if ev.offset == 0:
+            gate.wait(10)
+        ev.emit("out", b"x" * 1000, key=ev.key)
+
+    proc = Processor({"t": HandlerSpec(topic="t", fn=handle)}, concurrency=4, dead_letters=FakeDeadLetters())
+    proc.assign([TP], owner=a)
+    try:
+        proc.submit(_events(10), owner=a)
+        wait_for(lambda: proc.events_in_memory == 1)
+        assert proc.bytes_in_memory == 1 + 9 * (1000 + 2)
+        proc.assign([TP], owner=b)  # B takes it before A hears it lost it
+        assert proc.bytes_in_memory == 1
+        gate.set()
+        wait_for(lambda: proc.events_in_memory == 0)
+        assert proc.bytes_in_memory == 0  # A's late event emitted into a dropped state
+        assert proc.take_outputs({TP: 10}) == []
+    finally:
+        gate.set()
+        proc.close()

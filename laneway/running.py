@@ -67,7 +67,8 @@ def launch(app: App, server: HealthServer | None) -> None:
         on_fatal=app._on_fatal,
     )
     app.status.delays = {t: h.delay.seconds for t, h in app.handlers.items() if h.delay is not None}
-    app.status.start(JoinWatch.of(s, app.metrics, app._life.stopping))  # logs a wait for the group
+    joins = JoinWatch.of(s, app.metrics, app._life.stopping)  # logs a wait for the group
+    app.status.start(joins)
     topics = sorted(app.handlers)
     for i in range(s.consumers):
         conf = {**app._client_config(), "group.id": s.group_id, "client.id": f"{s.name}-{i}"}
@@ -86,6 +87,9 @@ def launch(app: App, server: HealthServer | None) -> None:
         )
         app.sources.append(source)
         source.start()
+    # the wait for the group counts from here: a start that hangs, then fails (init_transactions
+    # past 5 s), says only its error
+    joins.start()
     # said once the consumers started: a start that fails says only its error
     if server is not None and (wanted := s.metrics_server) is not None:
         logger.info("metrics and health on http://%s:%d", wanted.host, server.port)

@@ -121,10 +121,9 @@ class StatusBoard:
 
     def start(self, joins: JoinWatch | None = None) -> StatusBoard:
         """Read the ledger every second (at most a quarter of ``stall``), so ages are kept; with
-        ``joins``, say while the group has assigned the consumers nothing (laneway.monitor.joining)."""
+        ``joins``, say while the group has assigned the consumers nothing (laneway.monitor.joining),
+        from when the consumers started (:meth:`JoinWatch.start`, which the caller calls)."""
         self._joins = joins
-        if joins is not None:
-            joins.start()
         self._watch = threading.Thread(target=self._run, name="laneway-status", daemon=True)
         self._watch.start()
         return self

@@ -108,6 +108,9 @@ def test_the_status_boards_watch_thread_logs_the_line(caplog: pytest.LogCaptureF
     joins = JoinWatch(name="orders", group="g", holds="x", assigns=lambda: 0, first=0.0, every=3600.0)
     with caplog.at_level(logging.INFO, logger="laneway.app"):
         board.start(joins)
+        time.sleep(0.2)  # the board looks four times: the consumers have not started, no line
+        assert not any("no partitions assigned yet" in r.getMessage() for r in caplog.records)
+        joins.start()  # the consumers started
         try:
             for _ in range(200):
                 if any("no partitions assigned yet" in r.getMessage() for r in caplog.records):

@@ -21,7 +21,8 @@ log (one a window, by the repeat filter) should a coordinator stay loading.
 A transactional producer fenced by a newer one with its id (another redrive of the same
 dead-letter topic, an app's successor) makes librdkafka log TXNERR and FATAL lines; the call
 that meets the fence raises it and its caller says what happened. ``FencedFilter`` logs those
-lines at INFO.
+lines at INFO. So does ``TimeoutRefusedFilter`` with the lines of a ``transaction.timeout.ms``
+the broker refused: the app's start says so in one line, and a redrive asks for less.
 
 Every logger Laneway gives a confluent-kafka client comes from ``librdkafka_logger``, under
 ``laneway.kafka.client`` (``laneway.kafka.librdkafka`` for the tools' admin clients): never a
@@ -40,7 +41,14 @@ from dataclasses import dataclass
 
 from laneway.kafka import secrets
 
-__all__ = ["FencedFilter", "RepeatFilter", "SecretFilter", "TransientFilter", "librdkafka_logger"]
+__all__ = [
+    "FencedFilter",
+    "RepeatFilter",
+    "SecretFilter",
+    "TimeoutRefusedFilter",
+    "TransientFilter",
+    "librdkafka_logger",
+]
 
 #: the parts of a librdkafka line that change while it says the same: durations, and counts of
 #: requests or of errors it suppressed itself
@@ -157,17 +165,30 @@ class FencedFilter(_InfoFilter):
     LEVELS = frozenset({logging.WARNING, logging.ERROR, logging.CRITICAL})
 
 
+class TimeoutRefusedFilter(_InfoFilter):
+    """Log librdkafka's lines about a ``transaction.timeout.ms`` the broker refused (above its
+    ``transaction.max.timeout.ms``) at INFO: an exactly-once app's start then fails with one line
+    naming both values (:mod:`laneway.kafka.transaction_timeout`), and a redrive starts again
+    within the broker's limit (:mod:`laneway.kafka.redrive`)."""
+
+    #: librdkafka's text of the broker's INVALID_TRANSACTION_TIMEOUT
+    TEXTS = ("Transaction timeout is larger than the maximum value allowed",)
+    LEVELS = frozenset({logging.WARNING, logging.ERROR, logging.CRITICAL})
+
+
 _attach_lock = threading.Lock()
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
     """The logger ``name`` for a confluent-kafka client's ``logger=``, with its filters (added
-    once): ``SecretFilter``, ``TransientFilter``, ``FencedFilter``, ``RepeatFilter``."""
+    once): ``SecretFilter``, ``TransientFilter``, ``FencedFilter``, ``TimeoutRefusedFilter``,
+    ``RepeatFilter``."""
     logger = logging.getLogger(name)
     with _attach_lock:
         if not any(isinstance(f, RepeatFilter) for f in logger.filters):
             logger.addFilter(SecretFilter())
             logger.addFilter(TransientFilter())
             logger.addFilter(FencedFilter())
+            logger.addFilter(TimeoutRefusedFilter())
             logger.addFilter(RepeatFilter())
     return logger

@@ -171,6 +171,13 @@ def is_fence(err: confluent_kafka.KafkaError) -> bool:
     return err.fatal() and "fenced" in (err.str() or "")
 
 
+def _said_by_caller(err: confluent_kafka.KafkaError) -> bool:
+    """Whether the call that meets ``err`` raises it and its caller says what it means (INFO
+    here): a fence, or the broker's refusal of a transaction timeout above its limit (an
+    exactly-once app's start says so in one line; a redrive asks for less)."""
+    return is_fence(err) or err.code() == confluent_kafka.KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
 def _failed(exc: BaseException, reported: confluent_kafka.KafkaError | None = None) -> BaseException | None:
     """What a flush or poll that raised ``exc`` raises instead: a :class:`ProduceError` for the
     client's own error (``reported``, the fatal one its error callback had, for a bare
@@ -459,9 +466,8 @@ class Producer:
             except Exception as exc:  # a callback raised: keep serving the others
                 failure = _failed(exc)
                 if isinstance(failure, ProduceError):  # the client's fatal error: one line
-                    # a fence is raised to the caller, who says what it means: INFO here
-                    fenced = failure.kafka_error is not None and is_fence(failure.kafka_error)
-                    logger.log(logging.INFO if fenced else logging.ERROR, "%s", failure)
+                    said = failure.kafka_error is not None and _said_by_caller(failure.kafka_error)
+                    logger.log(logging.INFO if said else logging.ERROR, "%s", failure)
                 else:
                     logger.exception("a producer callback raised")
 
@@ -473,8 +479,8 @@ class Producer:
 
     @staticmethod
     def _on_error(err: confluent_kafka.KafkaError) -> None:
-        if is_fence(err):  # raised to the caller, who says what it means
-            logger.info("producer fenced: %s", err.str())
+        if _said_by_caller(err):
+            logger.info("producer %s: %s", "fenced" if is_fence(err) else "refused", err.str())
         elif err.fatal():
             logger.error("fatal producer error: %s", err.str())
         else:

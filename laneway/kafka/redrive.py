@@ -58,6 +58,7 @@ from laneway.kafka.admin import (
     connect,
     describe_topic,
 )
+from laneway.kafka.client_config import active
 from laneway.kafka.dlq_reader import (
     DeadLetter,
     Filter,
@@ -74,11 +75,48 @@ from laneway.kafka.producer import ProduceError
 from laneway.kafka.redrive_move import is_fenced, move
 from laneway.kafka.redrive_plan import choose, planned_partition, since
 from laneway.kafka.redrive_report import Moved, Reading, RedriveError, RedriveReport
-from laneway.kafka.transactions import TransactionalProducer
+from laneway.kafka.transaction_timeout import BROKER_LIMIT, broker_limit
+from laneway.kafka.transactions import TransactionalProducer, TransactionError
 
 __all__ = ["Moved", "Reading", "RedriveError", "RedriveReport", "redrive"]
 
 logger = logging.getLogger(__name__)
+
+#: how long a redrive's transaction may stay open (s), unless the broker allows less
+TRANSACTION_TIMEOUT = 60.0
+
+
+def _producer(bootstrap: str, dlq_topic: str, *, batch_size: int) -> TransactionalProducer:
+    """The redrive's transactional producer (one id per dead-letter topic). Its transactions may
+    stay open :data:`TRANSACTION_TIMEOUT`, or as long as the broker's
+    ``transaction.max.timeout.ms`` allows when that is less: the broker refuses the id of a
+    producer that asks for more (``INVALID_TRANSACTION_TIMEOUT``). A limit that cannot be read
+    is a :class:`RedriveError` naming it."""
+
+    def start(timeout: float) -> TransactionalProducer:
+        return TransactionalProducer(
+            bootstrap,
+            transactional_id=f"laneway-redrive-{dlq_topic}",
+            key_serde="bytes",
+            value_serde="bytes",
+            transaction_timeout=timeout,
+            extra={"logger": client_logger, "batch.size": batch_size},
+        )
+
+    try:
+        return start(TRANSACTION_TIMEOUT)
+    except TransactionError as exc:
+        kerr = exc.kafka_error
+        if kerr is None or kerr.code() != confluent_kafka.KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            raise
+        limit = broker_limit({"bootstrap.servers": bootstrap, **active()})
+        if limit is None or limit >= TRANSACTION_TIMEOUT * 1000:
+            raise RedriveError(
+                f"the broker refused the redrive's transactions of {TRANSACTION_TIMEOUT:.0f} s "
+                f"(INVALID_TRANSACTION_TIMEOUT), and its {BROKER_LIMIT} could not be read: nothing moved"
+            ) from None
+    logger.debug("the broker's %s is %d ms: the redrive's transactions last that long", BROKER_LIMIT, limit)
+    return start(limit / 1000)
 
 
 def _originals(
@@ -310,13 +348,7 @@ def redrive(
     # the broker refuses a batch of records over the topic's limit whole, however small each
     # record: no batch over the smallest target's limit (librdkafka's batch.size counts the records
     # and their framing before compression)
-    producer = TransactionalProducer(
-        bootstrap,
-        transactional_id=f"laneway-redrive-{dlq_topic}",
-        key_serde="bytes",
-        value_serde="bytes",
-        extra={"logger": client_logger, "batch.size": min(1_000_000, *limits.values())},
-    )
+    producer = _producer(bootstrap, dlq_topic, batch_size=min(1_000_000, *limits.values()))
     finished = False
     try:
         with producer:

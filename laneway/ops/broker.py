@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -199,8 +199,12 @@ class LocalBroker:
         heap: str = "512m",
         owns_data_dir: bool = False,
         secure: bool = False,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        #: broker settings over the defaults (``server.properties`` lines, e.g. a lower
+        #: ``transaction.max.timeout.ms``); a line break in one is refused at the start
+        self.properties = dict(properties or {})
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -340,7 +344,12 @@ class LocalBroker:
             if self.security is not None
             else _PLAIN_LISTENERS.format(**ports)
         )
-        return _PROPERTIES.format(log_dir=log_dir, **ports) + listeners
+        for key, value in self.properties.items():
+            if any(c in f"{key}{value}" for c in "\r\n"):
+                raise BrokerError(f"broker setting {key!r}: a line break cannot be in a setting")
+        extra = "".join(f"{key}={value}\n" for key, value in self.properties.items())
+        text = _PROPERTIES.format(log_dir=log_dir, **ports) + listeners
+        return text + ("" if text.endswith("\n") else "\n") + extra
 
     def _secure_clients(self) -> None:
         """ACLs for the app and reader users, then their client files (as admin)."""

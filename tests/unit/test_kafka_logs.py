@@ -132,6 +132,11 @@ _FENCED_LINES = [
     "Producer fenced by newer instance",
     "[thrd:txn]: TXNERR: Failed to end transaction: Broker: There is a newer producer with the "
     "same transactionalId which fences the current one",
+    # a transaction timeout the broker refused: the app's start says so in one line, a redrive
+    # asks for less (tests/integration/test_redrive_transaction_limit.py)
+    "[thrd:main]: Fatal transaction error: Failed to acquire transactional PID from broker "
+    "TxnCoordinator/1: Broker: Transaction timeout is larger than the maximum value allowed by "
+    "the broker's max.transaction.timeout.ms (INVALID_TRANSACTION_TIMEOUT)",
 ]
 
 

@@ -1,8 +1,9 @@
 """The pipeline and the catalog queries on a Spark standalone cluster, as a user's cluster runs them:
 a master and two workers started from the installed pyspark (``laneway.spark.cluster``), each its
 own JVM on 127.0.0.1, and executor JVMs the workers start, which get the Kafka and Delta jars
-through ``spark.jars``. The driver is ``laneway pipeline run --master spark://...`` (then the
-``laneway catalog`` commands) in a subprocess: one SparkContext per process.
+through ``spark.jars``. The driver is one subprocess that runs ``laneway pipeline run --master
+spark://...``, then the ``laneway catalog`` commands: the pipeline stops its session when it is
+done, so the queries' session is a second application on the cluster, with executors of its own.
 
 The tables are compared with the expected state computed without Spark, and each worker's
 executor folder must show that it fetched the jars and ran tasks. A relative warehouse with a
@@ -44,26 +45,33 @@ _CONF = [
     *("--conf", "spark.executor.memory=512m"),
 ]
 
-# show, search and lineage through the `laneway` command line, in one driver process (each
-# command's session is the process's one: a new driver per command would start new executors)
-_QUERIES = """
+# the pipeline, then show, search and lineage, through the `laneway` command line in one driver
+# process (each catalog command's session is the process's one: a new driver per command would
+# start new executors; the pipeline's own session ends with it)
+_DRIVER = """
 import json, sys
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 from laneway.ops.cli import _register_subcommands, app
 _register_subcommands()  # what `laneway` does before it parses its arguments
-master, warehouse, out, *conf = sys.argv[1:]
-commands = {
-    "show": ["show", "table:db0.t0"],
-    "search": ["search", "T0"],
-    "lineage": ["lineage", "db0.t0", "--depth", "3", "--direction", "downstream"],
-}
+master, bootstrap, topic, warehouse, out, *conf = sys.argv[1:]
 found = {}
-for name, args in commands.items():
-    done = CliRunner().invoke(app, ["catalog", *args, "--master", master, "--warehouse", warehouse,
-                                    "--json", *conf])
-    found[name] = {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr}
-found["master"] = SparkSession.getActiveSession().sparkContext.master
+def run(name, args):
+    done = CliRunner().invoke(app, [*args, "--master", master, *conf])
+    found[name] = {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr,
+                   "error": repr(done.exception) if done.exit_code else None}
+    return done.exit_code == 0
+pipeline = ["pipeline", "run", "--bootstrap", bootstrap, "--topic", topic, "--warehouse", warehouse,
+            "--compact-every", "0"]
+if run("pipeline", pipeline):
+    commands = {
+        "show": ["show", "table:db0.t0"],
+        "search": ["search", "T0"],
+        "lineage": ["lineage", "db0.t0", "--depth", "3", "--direction", "downstream"],
+    }
+    for name, args in commands.items():
+        run(name, ["catalog", *args, "--warehouse", warehouse, "--json"])
+    found["master"] = SparkSession.getActiveSession().sparkContext.master
 open(out, "w").write(json.dumps(found))
 """
 
@@ -73,6 +81,15 @@ class ClusterRun:
     cluster: StandaloneCluster
     warehouse: Path
     proc: subprocess.CompletedProcess[str]
+    #: per command (pipeline, show, search, lineage): its exit code, stdout, stderr; and the
+    #: master the queries' session ran on
+    found: dict[str, Any]
+
+    def ran(self, name: str) -> dict[str, Any]:
+        assert self.proc.returncode == 0, self.proc.stderr[-4000:]
+        assert name in self.found, (self.found.get("pipeline"), self.proc.stderr[-4000:])
+        assert self.found[name]["code"] == 0, (self.found[name], self.proc.stderr[-4000:])
+        return dict(self.found[name])
 
 
 def _env() -> dict[str, str]:
@@ -90,14 +107,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
 def cluster_run(
     cluster: StandaloneCluster, kafka_bootstrap: str, catalog_topic: CatalogTopic, tmp_path_factory: Any
 ) -> ClusterRun:
-    warehouse = tmp_path_factory.mktemp("cluster-run") / "warehouse"
+    root = tmp_path_factory.mktemp("cluster-run")
+    warehouse, out = root / "warehouse", root / "found.json"
     args = [
-        *(sys.executable, "-m", "laneway.ops.cli", "pipeline", "run", "--master", cluster.master_url),
-        *("--bootstrap", kafka_bootstrap, "--topic", catalog_topic.topic, "--warehouse", str(warehouse)),
-        *("--compact-every", "0", *_CONF),
+        *(sys.executable, "-c", _DRIVER, cluster.master_url, kafka_bootstrap, catalog_topic.topic),
+        *(str(warehouse), str(out), *_CONF),
     ]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=400, env=_env())
-    return ClusterRun(cluster, warehouse, proc)
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=500, env=_env())
+    found = json.loads(out.read_text()) if out.exists() else {}
+    return ClusterRun(cluster, warehouse, proc, found)
 
 
 def _executor_dirs(cluster: StandaloneCluster, app_name: str) -> list[Path]:
@@ -117,10 +135,9 @@ def _executor_dirs(cluster: StandaloneCluster, app_name: str) -> list[Path]:
 def test_pipeline_on_standalone_cluster(
     spark: Any, cluster_run: ClusterRun, catalog_topic: CatalogTopic
 ) -> None:
-    proc = cluster_run.proc
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    ran = cluster_run.ran("pipeline")
     records = catalog_topic.records
-    assert f"{len(records)} records, {len(MALFORMED)} quarantined" in proc.stdout
+    assert f"{len(records)} records, {len(MALFORMED)} quarantined" in ran["stdout"]
     warehouse = cluster_run.warehouse
     assert entity_state(spark, warehouse) == expected_state(records)
     keys = history_keys(spark, warehouse)
@@ -137,18 +154,10 @@ def test_pipeline_on_standalone_cluster(
         assert "Running task" in (folder / "stderr").read_text(errors="replace"), folder
 
 
-def test_catalog_queries_on_standalone_cluster(
-    cluster_run: ClusterRun, catalog_topic: CatalogTopic, tmp_path: Path
-) -> None:
-    assert cluster_run.proc.returncode == 0, cluster_run.proc.stderr[-2000:]
-    cluster, out = cluster_run.cluster, tmp_path / "queries.json"
-    args = [sys.executable, "-c", _QUERIES, cluster.master_url, str(cluster_run.warehouse), str(out), *_CONF]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300, env=_env())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    found = json.loads(out.read_text())
-    assert found["master"] == cluster.master_url
-    for name in ("show", "search", "lineage"):
-        assert found[name]["code"] == 0, found[name]
+def test_catalog_queries_on_standalone_cluster(cluster_run: ClusterRun, catalog_topic: CatalogTopic) -> None:
+    cluster = cluster_run.cluster
+    found = {name: cluster_run.ran(name) for name in ("pipeline", "show", "search", "lineage")}
+    assert cluster_run.found["master"] == cluster.master_url
 
     expected = expected_entities(catalog_topic.records)
     shown = json.loads(found["show"]["stdout"])

@@ -504,5 +504,12 @@ def test_laneway_run_client_config_keeps_the_app_s_own_file_s_producer_keys(
     monkeypatch.syspath_prepend(str(tmp_path))
     if not any(c.name == "run" for c in cli.app.registered_commands):
         cli._register_subcommands()
+    from laneway.app import App
+
+    started: list[dict[str, object]] = []
+    # the start itself is not this test's: no broker answers at 127.0.0.1:1 (a 10 s wait)
+    monkeypatch.setattr(App, "run", lambda self, **_: started.append(dict(self.settings.kafka_config)))
     result = CliRunner().invoke(cli.app, ["run", f"{name}:app", "--client-config", str(conf)])
     assert "--client-config: kafka_config" not in result.output, result.output
+    assert result.exit_code == 0, result.output
+    assert len(started) == 1 and started[0]["client.id"] == "tools"  # the file's over the app's

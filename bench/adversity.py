@@ -10,7 +10,8 @@ on ``PYTHONPATH``), so old code runs the same scenarios as new code:
 * ``failures``: 12 partitions, 1,000 keys per partition, a cheap plain handler with
   ``Retry(max_attempts=3, initial_backoff=0.005, max_backoff=0.05)``: (a) no failures,
   (b) 0.5% poison records (always raise; each must be dead-lettered exactly once),
-  (c) 3% of records failing once. Target: b/a and c/a >= 0.8.
+  (c) 3% of records failing once. Target: b/a and c/a >= 0.8. ``--work-us N``: the handler
+  computes N µs per call first (a handler with work of its own: what failures cost beside it).
 * ``warmup``: the ``failures`` set-up without failures, and with the handler's first call
   computing for 20 ms (an import, a cache built; it holds the GIL): the rate after that call,
   against the clean run's. Target: >= 0.9 (one slow call costs no lasting speed).
@@ -86,6 +87,7 @@ def failures(lab: Lab, names: list[str], n: int, repeats: int, runs: Runs) -> li
         for case, options in order[rep % len(order) :] + order[: rep % len(order)]:
             for name in turns(names, rep):
                 dlq = lab.dlq(topic)
+                options = {"work_us": lab.work_us, **options}
                 spec = lab.spec(topic, n, retry=RETRY, end_offsets=ends, dead_letter_topic=dlq, **options)
                 r = lab.run(name, spec)
                 bad = len(poison) if options.get("poison") else 0
@@ -329,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of {', '.join(SCENARIOS)}")
     ap.add_argument("--records", type=int, help="records per scenario (default: each scenario's own)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--work-us", type=float, default=0.0, help="failures: the handler's own work per call, µs (default 0)"
+    )
     ap.add_argument("--json", help="write every run and the summaries here")
     ap.add_argument("--bootstrap", default=os.environ.get("LANEWAY_BOOTSTRAP"))
     ap.add_argument(
@@ -356,13 +361,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-adversity-") as tmp:
             pid = broker.proc.pid if broker is not None and broker.proc is not None else None
-            lab = Lab(bootstrap, variants, Path(tmp), broker_pid=pid, profile=args.profile)
+            lab = Lab(
+                bootstrap, variants, Path(tmp), broker_pid=pid, profile=args.profile, work_us=args.work_us
+            )
             try:
                 for scenario in scenarios:
                     runs = Runs(scenario)
                     n = args.records or DEFAULT_RECORDS[scenario]
                     summary = RUNNERS[scenario](lab, names, n, args.repeats, runs)
-                    print(f"== {scenario} ({n:,} records, medians of {args.repeats})", flush=True)
+                    work = ""
+                    if scenario == "failures" and args.work_us:
+                        work = f", {args.work_us:g} µs of work per call"
+                    print(f"== {scenario} ({n:,} records{work}, medians of {args.repeats})", flush=True)
                     for line in summary:
                         print(f"   {line}", flush=True)
                     failed += runs.failed

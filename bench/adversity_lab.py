@@ -154,8 +154,11 @@ class Lab:
         tmp: Path,
         broker_pid: int | None = None,
         profile: str | None = None,
+        work_us: float = 0.0,
     ) -> None:
         self.bootstrap, self.tmp, self.kafka, self.n = bootstrap, tmp, Kafka(bootstrap), 0
+        #: the ``failures`` handler's own work per call (µs, ``--work-us``)
+        self.work_us = work_us
         #: the local broker's process: each run reports its CPU (``broker_cpu_s``), which shares
         #: the machine's cores with the run's
         self.broker_pid = broker_pid

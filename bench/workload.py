@@ -80,6 +80,7 @@ class RunSpec:
     stuck_key: int = -1  # the first record of this key blocks for stuck_s
     stuck_s: float = 0.0
     slow_first_s: float = 0.0  # the handler's first call computes this long (an import, a cache built)
+    work_us: float = 0.0  # each call of the adversity handler computes this long first (µs, holding the GIL)
     final_seqs: list[int] = field(default_factory=list)  # per key: done once each last one ran
     kafka_config: dict[str, Any] = field(default_factory=dict)
     #: ``laneway-key-async`` as a plain app's handler: it sleeps and counts, no per-record checks

@@ -140,6 +140,7 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
     fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if spec.log_path else -1
     stuck = [spec.stuck_s]
     first = [spec.slow_first_s]
+    work_s = spec.work_us / 1e6
     counts = [0] * spec.partitions  # exact with ordering="partition" (one thread per partition)
     finals = spec.final_seqs
     waiting = [sum(1 for s in finals if s > 0)]
@@ -154,6 +155,10 @@ def _adverse(spec: RunSpec, rec: Recorder) -> Callable[[Event], None]:
         kid, seq = unpack(value)[:2]
         if fd >= 0:
             os.write(fd, b"s %d %d\n" % (p, o))
+        if work_s:  # a handler's own work, failing or not: what a failure costs beside it
+            end = time.perf_counter() + work_s
+            while time.perf_counter() < end:
+                pass
         if first[0]:
             seconds, first[0] = first[0], 0.0
             end = time.perf_counter() + seconds

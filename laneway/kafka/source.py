@@ -56,6 +56,7 @@ from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
+from laneway.kafka.session import group_session
 from laneway.kafka.starving import StarvationWatch
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
@@ -98,6 +99,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         conf = {
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
+            **group_session(config),
             # the client's prefetch is memory too: bound it by the backpressure byte cap (a
             # quarter of it, 1..64 MB), so a deep backlog costs no more than a shallow one
             "queued.max.messages.kbytes": min(65_536, max(1_024, backpressure.max_bytes // 4096)),

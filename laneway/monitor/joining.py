@@ -3,7 +3,7 @@ while after they subscribed says why, at INFO, instead of sitting silent.
 
 After a ``kill -9`` (or a second Ctrl-C) the previous process's consumers did not leave their
 group: the coordinator waits for them to rejoin until their session times out
-(``session.timeout.ms``, 45 s by default) before it assigns anything. The app logged
+(``session.timeout.ms``, 10 s unless ``kafka_config`` sets it) before it assigns anything. The app logged
 "<app> started" and then nothing for that long, and looked hung. :class:`JoinWatch` says, 5 s
 after the start and every 15 s after that until the first assignment, that the app waits for
 its group and why.
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from laneway.kafka.session import SESSION_TIMEOUT_MS
 from laneway.monitor.metrics import PrometheusMetrics
 
 __all__ = ["EVERY", "FIRST", "JoinWatch", "who_holds"]
@@ -41,8 +42,12 @@ def who_holds(kafka_config: Mapping[str, Any]) -> str:
     if str(kafka_config.get("group.protocol", "classic")).lower() == "consumer":
         return "the broker's group.consumer.session.timeout.ms (45 s by default)"
     ms = kafka_config.get("session.timeout.ms")
+    if ms is None and "heartbeat.interval.ms" in kafka_config:
+        return "its session.timeout.ms (librdkafka's 45000 ms)"
     return (
-        "its session.timeout.ms (45000 ms by default)" if ms is None else f"its session.timeout.ms ({ms} ms)"
+        f"its session.timeout.ms ({SESSION_TIMEOUT_MS} ms, Laneway's default)"
+        if ms is None
+        else f"its session.timeout.ms ({ms} ms)"
     )
 
 

@@ -1,6 +1,7 @@
 """The chaos worker, run as ``laneway run tests.chaos.worker:app`` with its settings in the
 environment: LW_BOOTSTRAP, LW_TOPIC, LW_GROUP, LW_OUT, LW_SLEEP_MS, LW_MAX_EVENTS, LW_CONCURRENCY;
-LW_STUCK_KEY and LW_STUCK_S: the handler blocks that long on each record of that key.
+LW_STUCK_KEY and LW_STUCK_S: the handler blocks that long on each record of that key;
+LW_DEFAULT_SESSION=1: Laneway's own group session (else a 6 s session, heartbeats every 0.5 s).
 
 SIGUSR1 dumps every thread's stack into the log (for a stalled worker).
 
@@ -26,6 +27,12 @@ def build(
     bootstrap: str, topic: str, group: str, out_path: str, sleep_ms: float, max_events: int, concurrency: int
 ) -> App:
     pid = os.getpid()
+    # LW_DEFAULT_SESSION=1: Laneway's own session settings (laneway.kafka.session)
+    session = (
+        {}
+        if os.environ.get("LW_DEFAULT_SESSION")
+        else {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    )
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to the log
     app = App(
         f"chaos-{pid}",
@@ -34,7 +41,7 @@ def build(
         concurrency=concurrency,
         timeouts=Timeouts(commit_interval=0.2, shutdown=20),
         backpressure=Backpressure(max_events=max_events),
-        kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+        kafka_config=session,
     )
     fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     stuck_key = os.environ.get("LW_STUCK_KEY", "").encode() or None

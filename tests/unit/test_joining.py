@@ -77,7 +77,8 @@ def test_no_line_while_the_app_stops_nor_before_the_start() -> None:
 
 def test_it_names_the_session_timeout_it_waits_for() -> None:
     assert who_holds({"session.timeout.ms": "12000"}) == "its session.timeout.ms (12000 ms)"
-    assert who_holds({}) == "its session.timeout.ms (45000 ms by default)"
+    assert who_holds({}) == "its session.timeout.ms (10000 ms, Laneway's default)"
+    assert who_holds({"heartbeat.interval.ms": 1000}) == "its session.timeout.ms (librdkafka's 45000 ms)"
     assert "group.consumer.session.timeout.ms" in who_holds({"group.protocol": "consumer"})
 
 

@@ -270,42 +270,45 @@ def load_client_config(path: str | Path, *, given_by: str = API_ARGUMENT) -> dic
     their Java forms, :data:`FILE_KEYS`) is missing or cannot be read. A
     missing file's error names ``given_by``, where the path came from: the Python API's
     ``client_config=`` argument (the default) or, from the command lines, :data:`CLI_OPTION`.
-    The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`)."""
+    The file's secrets are noted for the log scrub (:func:`laneway.kafka.secrets.remember`).
+    From the command lines the error's field is ``--client-config``, as the user gave it; from
+    the API, ``client_config``."""
+    field = "--client-config" if given_by == CLI_OPTION else _FIELD
     if not str(path).strip():  # Path("") is ".", and read as a directory
         raise ConfigError(
-            _FIELD, f"must not be empty: give the path of a properties file, or leave it out ({given_by})"
+            field, f"must not be empty: give the path of a properties file, or leave it out ({given_by})"
         )
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(_FIELD, f"no such file: {p} ({given_by})") from None
+        raise ConfigError(field, f"no such file: {p} ({given_by})") from None
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ConfigError(_FIELD, f"cannot read {p}: {why}") from None
+        raise ConfigError(field, f"cannot read {p}: {why}") from None
     repeated: list[tuple[str, int, int]] = []
     parsed = _parse(text, repeated)
     if repeated:  # Java keeps the last one silently: almost always an edit that went wrong
         key, first, again = repeated[0]
-        raise ConfigError(_FIELD, f"{p} line {again}: {key} is set again (first on line {first}): keep one")
+        raise ConfigError(field, f"{p} line {again}: {key} is set again (first on line {first}): keep one")
     props = {key: value for key, (value, _) in parsed.items()}
     if empty := empty_broker_list(props):
         key, why = empty
-        raise ConfigError(_FIELD, f"{p} line {parsed[key][1]}: {why}")
+        raise ConfigError(field, f"{p} line {parsed[key][1]}: {why}")
     if both := _both_broker_keys(parsed):
-        raise ConfigError(_FIELD, f"{p} {both}")
+        raise ConfigError(field, f"{p} {both}")
     try:
         settings = to_librdkafka(props)
     except ConfigError as exc:
-        raise ConfigError(_FIELD, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(props))}") from None
+        raise ConfigError(field, f"{p}: {secrets.scrub(exc.reason, secrets.secret_values(props))}") from None
     if missing := _file_problem(p, parsed):
-        raise ConfigError(_FIELD, missing)
+        raise ConfigError(field, missing)
     if refused := _refused(settings):
         key, why = refused
         where = f"{p} line {parsed[key][1]}" if key in parsed else str(p)
         if f'"{key}"' not in why:  # librdkafka named another key (linger.ms: queue.buffering.max.ms)
             where += f" ({key})"
-        raise ConfigError(_FIELD, f"{where}: {secrets.scrub(why, secrets.secret_values(props))}")
+        raise ConfigError(field, f"{where}: {secrets.scrub(why, secrets.secret_values(props))}")
     if _ALIAS in settings:  # one name, so that --bootstrap and bootstrap_servers come before it
         settings["bootstrap.servers"] = settings.pop(_ALIAS)
     secrets.remember(settings)

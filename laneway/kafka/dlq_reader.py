@@ -113,8 +113,9 @@ class DeadLetter:
 
     def to_json(self) -> dict[str, Any]:
         """The letter for ``--json``, whole: a key or value that is not UTF-8 also as
-        ``key_base64`` / ``value_base64`` (its text has U+FFFD for the bytes it cannot show), and
-        a header without a value as null."""
+        ``key_base64`` / ``value_base64`` (its text has U+FFFD for the bytes it cannot show), a
+        header value that is not UTF-8 also in ``headers_base64`` under its name, and a header
+        without a value as null."""
         out: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
@@ -129,6 +130,13 @@ class DeadLetter:
         for name, data in (("key", self.key), ("value", self.value)):
             if data is not None and not _is_utf8(data):
                 out[f"{name}_base64"] = base64.b64encode(data).decode()
+        binary = {
+            name: base64.b64encode(v).decode()
+            for name, v in self.headers
+            if v is not None and not _is_utf8(v)
+        }
+        if binary:
+            out["headers_base64"] = binary
         return out
 
 

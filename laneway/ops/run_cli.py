@@ -148,6 +148,11 @@ def register(app: typer.Typer) -> None:
             with graceful_interrupts(obj.stop):  # a second Ctrl-C exits at once
                 obj.run(install_signal_handlers=False)
         except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use
+            options = {"metrics_server.port": ("--metrics-port", metrics_port)}
+            options["metrics_server.host"] = ("--metrics-host", metrics_host)
+            option, value = options.get(exc.field, (exc.field, None))
+            if value is not None:  # --metrics-port 9100 in use: named as the user gave it
+                exc = ConfigError(option, exc.reason)
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
         except LanewayError as exc:  # the app halted while running

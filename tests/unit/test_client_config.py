@@ -265,7 +265,7 @@ def test_a_missing_file_is_one_line_and_exit_2(command: list[str], tmp_path: Pat
     result = CliRunner().invoke(app, [*command, "--client-config", str(missing)], env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        f"error: client_config: no such file: {missing} (--client-config / $LANEWAY_CLIENT_CONFIG)"
+        f"error: --client-config: no such file: {missing} (--client-config / $LANEWAY_CLIENT_CONFIG)"
     ]
 
 
@@ -379,7 +379,7 @@ def test_a_missing_certificate_file_is_one_line_and_exit_2(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["topics", "list", "--client-config", str(f)], env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        f"error: client_config: {f} line 3: ssl.ca.location: no such file: /etc/kafka/missing-ca.pem"
+        f"error: --client-config: {f} line 3: ssl.ca.location: no such file: /etc/kafka/missing-ca.pem"
     ]
 
 
@@ -396,7 +396,7 @@ def test_a_refused_key_is_one_line_naming_the_file_and_exit_2(tmp_path: Path) ->
     result = CliRunner().invoke(app, ["topics", "list", "--client-config", str(f)], env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        f'error: client_config: {f} line 3: No such configuration property: "sasl.mechansim"'
+        f'error: --client-config: {f} line 3: No such configuration property: "sasl.mechansim"'
     ]
 
 

@@ -72,7 +72,7 @@ def test_an_empty_broker_list_in_the_file_exits_2_on_every_command(
     )
     assert result.exit_code == 2, (result.output, result.exception)
     first = result.stderr.strip().splitlines()[0]
-    assert first.startswith(f"error: client_config: {f} line 2: {key}: must not be empty"), result.stderr
+    assert first.startswith(f"error: --client-config: {f} line 2: {key}: must not be empty"), result.stderr
 
 
 def test_an_empty_broker_list_in_the_file_exits_2_when_bootstrap_is_given_too(
@@ -175,7 +175,7 @@ def test_a_file_giving_both_names_exits_2_on_a_command(
     f.write_text("metadata.broker.list=b:9092\nbootstrap.servers=a:9092\n")
     result = CliRunner().invoke(cli.app, ["lag", "g", "-b", "h:1", "--client-config", str(f)])
     assert result.exit_code == 2, (result.output, result.exception)
-    said = f"error: client_config: {f} line 2: bootstrap.servers is metadata.broker.list (line 1)"
+    said = f"error: --client-config: {f} line 2: bootstrap.servers is metadata.broker.list (line 1)"
     assert result.stderr.startswith(said), result.stderr
 
 

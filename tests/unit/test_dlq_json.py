@@ -21,6 +21,14 @@ def test_bytes_that_are_not_utf8_come_with_their_base64() -> None:
     assert base64.b64decode(shown["key_base64"]) == b"\xff\xfe"
     assert base64.b64decode(shown["value_base64"]) == b"\x00\xff"
     assert shown["value"] == "\x00\ufffd"  # the text, for reading
+    assert "headers_base64" not in shown  # every header is text
+
+
+def test_a_header_value_that_is_not_utf8_comes_with_its_base64() -> None:
+    # a review: h-bin=b"\xff" came out as "\ufffd" alone, where redrive keeps the bytes
+    shown = _letter(b"k", b"v", (("h-bin", b"\xff"), ("trace", b"t1"), ("none", None))).to_json()
+    assert shown["headers"] == {"h-bin": "\ufffd", "trace": "t1", "none": None}
+    assert {k: base64.b64decode(v) for k, v in shown["headers_base64"].items()} == {"h-bin": b"\xff"}
 
 
 def test_utf8_and_none_are_as_they_are() -> None:

@@ -16,15 +16,17 @@ the consumers' (a halt asks a stop), the watcher. ``_lock`` guards ``_started`` 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Literal
 
 from laneway.errors import LanewayError
 
-__all__ = ["GC_THRESHOLD", "AppState", "AppStateError", "Lifecycle", "tune_gc"]
+__all__ = ["GC_THRESHOLD", "AppState", "AppStateError", "Lifecycle", "importing", "tune_gc"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,23 @@ AppState = Literal["new", "running", "stopping", "stopped"]
 
 class AppStateError(LanewayError, RuntimeError):
     """An App was started twice, or after it stopped: an App runs once."""
+
+
+#: the target ``laneway run`` is importing (``module:app``), while it imports it
+_importing: ContextVar[str | None] = ContextVar("laneway_importing", default=None)
+
+
+@contextlib.contextmanager
+def importing(target: str) -> Iterator[None]:
+    """While ``laneway run`` imports ``target``'s module: an app started meanwhile (an
+    ``app.run()`` at the module's top level, with no ``if __name__`` guard) raises
+    :class:`AppStateError` at once, before it runs anything; it ran, and processed records,
+    until a signal stopped it (a review)."""
+    token = _importing.set(target)
+    try:
+        yield
+    finally:
+        _importing.reset(token)
 
 
 class Lifecycle:
@@ -64,7 +83,14 @@ class Lifecycle:
         return "running" if started else "new"
 
     def claim_start(self) -> None:
-        """Mark the app started, or raise :class:`AppStateError` when it was started or shut down."""
+        """Mark the app started, or raise :class:`AppStateError` when it was started or shut down,
+        or while ``laneway run`` imports its module (:func:`importing`)."""
+        if (target := _importing.get()) is not None:
+            raise AppStateError(
+                f"{target}: its module starts App {self.name!r} as it is imported (an app.run() or "
+                'app.start() at its top level); guard that call with `if __name__ == "__main__":` '
+                "and `laneway run` runs the app"
+            )
         with self._lock:
             if self._closing or self.stopped.is_set():
                 raise AppStateError(

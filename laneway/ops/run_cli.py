@@ -18,6 +18,7 @@ from laneway.errors import ConfigError, LanewayError
 from laneway.interrupts import graceful_interrupts
 from laneway.kafka import secrets
 from laneway.kafka.client_config import active
+from laneway.lifecycle import importing
 from laneway.ops.bootstrap import with_client_config
 from laneway.ops.log_level import LogLevel, setup_logging
 
@@ -110,7 +111,8 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, stop_before_start)
         signal.signal(signal.SIGINT, stop_before_start)
         try:
-            obj = load_app(target)
+            with importing(target):  # an app.run() at the module's top level raises at once
+                obj = load_app(target)
         except LanewayError as exc:  # a ConfigError while the module builds its app
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
@@ -148,8 +150,10 @@ def register(app: typer.Typer) -> None:
             with graceful_interrupts(obj.stop):  # a second Ctrl-C exits at once
                 obj.run(install_signal_handlers=False)
         except ConfigError as exc:  # found at start: a missing topic, no broker, a port in use
-            options = {"metrics_server.port": ("--metrics-port", metrics_port)}
-            options["metrics_server.host"] = ("--metrics-host", metrics_host)
+            options: dict[str, tuple[str, object]] = {
+                "metrics_server.port": ("--metrics-port", metrics_port),
+                "metrics_server.host": ("--metrics-host", metrics_host),
+            }
             option, value = options.get(exc.field, (exc.field, None))
             if value is not None:  # --metrics-port 9100 in use: named as the user gave it
                 exc = ConfigError(option, exc.reason)

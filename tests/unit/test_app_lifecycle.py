@@ -194,17 +194,19 @@ app.handler("t")(print)
 
 
 @pytest.mark.parametrize(
-    ("call", "says"),
+    "call",
     [
         # an app.run() without `if __name__ == "__main__":`, stopped by its signal
-        ("threading.Timer(0.1, app.stop).start()\napp.run()", "already ran (and stopped)"),
-        ("app.start()", "was started while its module was imported"),
+        "threading.Timer(0.1, app.stop).start()\napp.run()",
+        "app.start()",
     ],
 )
 def test_laneway_run_refuses_an_app_its_module_ran_at_import(
-    fakes: list[FakeSource], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, says: str
+    fakes: list[FakeSource], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
-    # laneway run started the stopped app a second time; its consumers were never shut down
+    # laneway run started the stopped app a second time; its consumers were never shut down. Then
+    # it refused it only once the module's app.run() had run and processed records, until a signal
+    # (a review): the start raises at once while laneway run imports the module
     name = f"noguard{abs(hash(call))}"
     (tmp_path / f"{name}.py").write_text(NOGUARD.format(call=call))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -213,6 +215,7 @@ def test_laneway_run_refuses_an_app_its_module_ran_at_import(
     result = CliRunner().invoke(cli.app, ["run", f"{name}:app"])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and f"{name}:app {says}" in errors[0], result.output
+    says = f"{name}:app: its module starts App 'noguard' as it is imported"
+    assert len(errors) == 1 and errors[0].startswith(f"error: {says}"), result.output
     assert 'if __name__ == "__main__":' in errors[0]
-    assert len(fakes) == 1 and all(not src.alive for src in fakes)  # started once, and shut down
+    assert fakes == []  # never started: no consumer ran

@@ -215,10 +215,12 @@ class LocalBroker:
         self.security: BrokerSecurity | None = None
 
     @classmethod
-    def create(cls, *, port: int | None = None, secure: bool = False) -> LocalBroker:
+    def create(
+        cls, *, port: int | None = None, secure: bool = False, properties: Mapping[str, str] | None = None
+    ) -> LocalBroker:
         """A broker over a new temporary data directory, removed on stop."""
         data = Path(tempfile.mkdtemp(prefix="laneway-kafka-"))
-        return cls(data, port=port, owns_data_dir=True, secure=secure)
+        return cls(data, port=port, owns_data_dir=True, secure=secure, properties=properties)
 
     @property
     def bootstrap(self) -> str:

@@ -7,10 +7,8 @@ lower limit (``LocalBroker(properties=...)``)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,14 +28,8 @@ LIMIT = 20_000  # ms: below the redrive's 60 s
 
 @pytest.fixture(scope="module")
 def low_limit_broker() -> Iterator[LocalBroker]:
-    data = Path(tempfile.mkdtemp(prefix="laneway-txn-limit-"))
-    broker = LocalBroker(data, properties={"transaction.max.timeout.ms": str(LIMIT)})
-    broker.start()
-    try:
+    with LocalBroker.create(properties={"transaction.max.timeout.ms": str(LIMIT)}) as broker:
         yield broker
-    finally:
-        broker.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_a_redrive_fits_its_transactions_to_the_broker_s_limit(low_limit_broker: LocalBroker) -> None:

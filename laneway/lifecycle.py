@@ -21,7 +21,6 @@ import gc
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from typing import Literal
 
 from laneway.errors import LanewayError
@@ -39,21 +38,26 @@ class AppStateError(LanewayError, RuntimeError):
     """An App was started twice, or after it stopped: an App runs once."""
 
 
-#: the target ``laneway run`` is importing (``module:app``), while it imports it
-_importing: ContextVar[str | None] = ContextVar("laneway_importing", default=None)
+#: the target ``laneway run`` imports (``module:app``), while it imports it: process-wide, so
+#: an app started in a thread the module starts is refused too (a context variable is not seen
+#: by a new thread)
+_importing: list[str] = []
+_importing_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def importing(target: str) -> Iterator[None]:
     """While ``laneway run`` imports ``target``'s module: an app started meanwhile (an
-    ``app.run()`` at the module's top level, with no ``if __name__`` guard) raises
-    :class:`AppStateError` at once, before it runs anything; it ran, and processed records,
-    until a signal stopped it (a review)."""
-    token = _importing.set(target)
+    ``app.run()`` at a module's top level, with no ``if __name__`` guard, or an ``app.start()``
+    in a thread it starts) raises :class:`AppStateError` at once, before it runs anything; it
+    ran, and processed records, until a signal stopped it (a review)."""
+    with _importing_lock:
+        _importing.append(target)
     try:
         yield
     finally:
-        _importing.reset(token)
+        with _importing_lock:
+            _importing.remove(target)
 
 
 class Lifecycle:
@@ -85,10 +89,12 @@ class Lifecycle:
     def claim_start(self) -> None:
         """Mark the app started, or raise :class:`AppStateError` when it was started or shut down,
         or while ``laneway run`` imports its module (:func:`importing`)."""
-        if (target := _importing.get()) is not None:
+        with _importing_lock:
+            target = _importing[-1] if _importing else None
+        if target is not None:
             raise AppStateError(
-                f"{target}: its module starts App {self.name!r} as it is imported (an app.run() or "
-                'app.start() at its top level); guard that call with `if __name__ == "__main__":` '
+                f"App {self.name!r} was started while `laneway run` imported {target} (an app.run() or "
+                'app.start() at a module\'s top level): guard that call with `if __name__ == "__main__":` '
                 "and `laneway run` runs the app"
             )
         with self._lock:

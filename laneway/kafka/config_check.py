@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from laneway.kafka import secrets
 from laneway.kafka.producer import IDEMPOTENT, TRANSACTION_DEFAULTS
+from laneway.kafka.session import group_defaults
 
 __all__ = ["librdkafka_refusal"]
 
@@ -117,7 +118,10 @@ def _wrong_side(conf: dict[str, Any], *, consumer: bool, transactional: bool = F
     seen = _WrongSide()
     logger.addHandler(seen)
     if consumer:
-        client = Consumer({**conf, "group.id": "laneway-settings-check"}, logger=logger)
+        # as Laneway builds its consumers: its assignor and session under the app's settings
+        client = Consumer(
+            {**group_defaults(conf), **conf, "group.id": "laneway-settings-check"}, logger=logger
+        )
         client.poll(0)
         client.close()
     else:  # as Laneway builds its producers: idempotent, so acks=0 is refused here, not at start

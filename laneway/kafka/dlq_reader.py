@@ -130,9 +130,10 @@ class DeadLetter:
         for name, data in (("key", self.key), ("value", self.value)):
             if data is not None and not _is_utf8(data):
                 out[f"{name}_base64"] = base64.b64encode(data).decode()
+        last = dict(self.headers)  # a name given twice shows its last value, in both fields
         binary = {
             name: base64.b64encode(v).decode()
-            for name, v in self.headers
+            for name, v in last.items()
             if v is not None and not _is_utf8(v)
         }
         if binary:

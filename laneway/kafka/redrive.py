@@ -84,14 +84,18 @@ logger = logging.getLogger(__name__)
 
 #: how long a redrive's transaction may stay open (s), unless the broker allows less
 TRANSACTION_TIMEOUT = 60.0
+#: the timeouts asked for in turn when the broker refuses 60 s and its limit cannot be read (s)
+SHORTER = (30.0, 15.0, 10.0, 5.0)
 
 
 def _producer(bootstrap: str, dlq_topic: str, *, batch_size: int) -> TransactionalProducer:
     """The redrive's transactional producer (one id per dead-letter topic). Its transactions may
     stay open :data:`TRANSACTION_TIMEOUT`, or as long as the broker's
     ``transaction.max.timeout.ms`` allows when that is less: the broker refuses the id of a
-    producer that asks for more (``INVALID_TRANSACTION_TIMEOUT``). A limit that cannot be read
-    is a :class:`RedriveError` naming it."""
+    producer that asks for more (``INVALID_TRANSACTION_TIMEOUT``). The limit is read from the
+    broker (DescribeConfigs on the cluster); a principal that may not read it asks for
+    :data:`SHORTER` timeouts in turn, and one the broker refuses at each is a
+    :class:`RedriveError` naming the ACL."""
 
     def start(timeout: float) -> TransactionalProducer:
         return TransactionalProducer(
@@ -103,20 +107,37 @@ def _producer(bootstrap: str, dlq_topic: str, *, batch_size: int) -> Transaction
             extra={"logger": client_logger, "batch.size": batch_size},
         )
 
+    def refused(exc: TransactionError) -> bool:
+        kerr = exc.kafka_error
+        return kerr is not None and kerr.code() == confluent_kafka.KafkaError.INVALID_TRANSACTION_TIMEOUT
+
     try:
         return start(TRANSACTION_TIMEOUT)
     except TransactionError as exc:
-        kerr = exc.kafka_error
-        if kerr is None or kerr.code() != confluent_kafka.KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        if not refused(exc):
             raise
-        limit = broker_limit({"bootstrap.servers": bootstrap, **active()})
-        if limit is None or limit >= TRANSACTION_TIMEOUT * 1000:
-            raise RedriveError(
-                f"the broker refused the redrive's transactions of {TRANSACTION_TIMEOUT:.0f} s "
-                f"(INVALID_TRANSACTION_TIMEOUT), and its {BROKER_LIMIT} could not be read: nothing moved"
-            ) from None
-    logger.debug("the broker's %s is %d ms: the redrive's transactions last that long", BROKER_LIMIT, limit)
-    return start(limit / 1000)
+    limit = broker_limit({"bootstrap.servers": bootstrap, **active()})
+    if limit is not None and limit < TRANSACTION_TIMEOUT * 1000:
+        logger.debug(
+            "the broker's %s is %d ms: the redrive's transactions last that long", BROKER_LIMIT, limit
+        )
+        return start(limit / 1000)
+    for timeout in SHORTER:  # the limit unread (or a broker that says more than another takes)
+        try:
+            return start(timeout)
+        except TransactionError as exc:
+            if not refused(exc):
+                raise
+    tried = ", ".join(f"{t:.0f}" for t in (TRANSACTION_TIMEOUT, *SHORTER))
+    read = (
+        f"a broker says {limit} ms"
+        if limit is not None
+        else "it could not be read (DescribeConfigs on the cluster)"
+    )
+    raise RedriveError(
+        f"the broker refused the redrive's transactions of {tried} s (INVALID_TRANSACTION_TIMEOUT); "
+        f"its {BROKER_LIMIT}: {read}: nothing moved"
+    )
 
 
 def _originals(

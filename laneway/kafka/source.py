@@ -56,7 +56,7 @@ from laneway.kafka.logs import librdkafka_logger
 from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
-from laneway.kafka.session import group_session
+from laneway.kafka.session import group_defaults, session_refused
 from laneway.kafka.starving import StarvationWatch
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
@@ -98,8 +98,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         timeouts = timeouts or Timeouts()
         conf = {
             "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky",
-            **group_session(config),
+            **group_defaults(config),  # the assignor and the session (laneway.kafka.session)
             # the client's prefetch is memory too: bound it by the backpressure byte cap (a
             # quarter of it, 1..64 MB), so a deep backlog costs no more than a shallow one
             "queued.max.messages.kbytes": min(65_536, max(1_024, backpressure.max_bytes // 4096)),
@@ -112,6 +111,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
             "on_commit": self._on_commit,
         }
         self._metrics = metrics or SourceMetrics()
+        #: the group session asked for (ms), and whether it is Laneway's default
+        self._session = (conf.get("session.timeout.ms"), "session.timeout.ms" not in config)
         self._consumer = Consumer(conf, logger=_CONSUMER_LOG)
         self._lag = LagReport(self._consumer, self._metrics, str(conf.get("auto.offset.reset")))
         self._access = {k: v for k, v in conf.items() if k.startswith(("sasl.", "security.", "bootstrap."))}
@@ -429,6 +430,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         raise_if_denied(err, self._access, doing=consumer_asks(self._group, self._topics, topic))
         if err.fatal():
             raise KafkaException(err)
+        if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:  # else it is refused at every join
+            raise session_refused(self._session)
         logger.warning("consumer error: %s", err)
 
     # ------------------------------------------------------------------ backpressure

@@ -189,6 +189,16 @@ from laneway import App
 
 app = App("noguard", bootstrap_servers="127.0.0.1:1", gc_tuning=False)
 app.handler("t")(print)
+errors = []
+
+
+def _try(start):
+    try:
+        start()
+    except Exception as exc:
+        return exc
+
+
 {call}
 """
 
@@ -199,6 +209,9 @@ app.handler("t")(print)
         # an app.run() without `if __name__ == "__main__":`, stopped by its signal
         "threading.Timer(0.1, app.stop).start()\napp.run()",
         "app.start()",
+        # in a thread the module starts: a review saw it run and commit before the refusal
+        "t = threading.Thread(target=lambda: errors.append(_try(app.start)))\nt.start()\nt.join()\n"
+        "raise errors[0]",
     ],
 )
 def test_laneway_run_refuses_an_app_its_module_ran_at_import(
@@ -215,7 +228,7 @@ def test_laneway_run_refuses_an_app_its_module_ran_at_import(
     result = CliRunner().invoke(cli.app, ["run", f"{name}:app"])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    says = f"{name}:app: its module starts App 'noguard' as it is imported"
+    says = f"App 'noguard' was started while `laneway run` imported {name}:app"
     assert len(errors) == 1 and errors[0].startswith(f"error: {says}"), result.output
     assert 'if __name__ == "__main__":' in errors[0]
     assert fakes == []  # never started: no consumer ran

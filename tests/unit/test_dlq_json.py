@@ -36,3 +36,10 @@ def test_utf8_and_none_are_as_they_are() -> None:
     assert shown["key"] is None and shown["value"] == "é"
     assert "key_base64" not in shown and "value_base64" not in shown
     assert shown["headers"] == {"trace": None, "laneway.error.type": "KeyError"}
+
+
+def test_a_header_given_twice_shows_its_last_value_in_both_fields() -> None:
+    # a review: headers {"h": "ok"} beside headers_base64 {"h": "/w=="}, another header's bytes
+    shown = _letter(b"k", b"v", (("h", b"\xff"), ("h", b"ok"), ("g", b"ok"), ("g", b"\xfe"))).to_json()
+    assert shown["headers"] == {"h": "ok", "g": "\ufffd"}
+    assert shown["headers_base64"] == {"g": base64.b64encode(b"\xfe").decode()}

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from laneway.kafka.session import SESSION_TIMEOUT_MS
+from laneway.kafka.session import SESSION_TIMEOUT_MS, group_defaults
 from laneway.monitor.metrics import PrometheusMetrics
 
 __all__ = ["EVERY", "FIRST", "JoinWatch", "who_holds"]
@@ -42,13 +42,11 @@ def who_holds(kafka_config: Mapping[str, Any]) -> str:
     if str(kafka_config.get("group.protocol", "classic")).lower() == "consumer":
         return "the broker's group.consumer.session.timeout.ms (45 s by default)"
     ms = kafka_config.get("session.timeout.ms")
-    if ms is None and "heartbeat.interval.ms" in kafka_config:
-        return "its session.timeout.ms (librdkafka's 45000 ms)"
-    return (
-        f"its session.timeout.ms ({SESSION_TIMEOUT_MS} ms, Laneway's default)"
-        if ms is None
-        else f"its session.timeout.ms ({ms} ms)"
-    )
+    if ms is not None:
+        return f"its session.timeout.ms ({ms} ms)"
+    if "session.timeout.ms" in group_defaults(kafka_config):  # what the consumers were given
+        return f"its session.timeout.ms ({SESSION_TIMEOUT_MS} ms, Laneway's default)"
+    return "its session.timeout.ms (librdkafka's 45000 ms)"
 
 
 class Settings(Protocol):

@@ -23,9 +23,8 @@ event_time_to_done_seconds{topic}   histogram  now minus the record's Kafka time
 skipped_records_total               counter    records skipped unrun: finished before a restart
                                                or a rebalance (read from commit metadata)
 parked_lanes                        gauge      lanes waiting for a delay or a retry backoff
-conflated_records                   gauge      records of ``conflate=True`` handlers counted as
-                                               done unrun since start (a newer one of their key
-                                               ran); only grows
+conflated_records_total             counter    records of ``conflate=True`` handlers counted as
+                                               done unrun (a newer one of their key ran)
 consumer_lag{topic,partition}       gauge      end offset minus the safe commit position, every
                                                5 s, per assigned partition once its consumer
                                                has fetched from it (an idle partition the
@@ -194,18 +193,24 @@ def _pairs(bounds: tuple[float, ...], totals: dict[str, list[float]]) -> dict[st
 
 
 class _EngineCounters(Collector):
-    """Counters the engine keeps itself, read at scrape time (``skipped_records``)."""
+    """Counters the engine keeps itself, read at scrape time (``skipped_records``,
+    ``conflated_records``)."""
 
     def __init__(self) -> None:
         self.gauges: Callable[[], dict[str, float]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         gauges = self.gauges
-        skipped = gauges().get("skipped", 0) if gauges is not None else 0
+        now = gauges() if gauges is not None else {}
         yield CounterMetricFamily(
             "laneway_skipped_records",
             "records skipped unrun: finished before a restart or a rebalance (commit metadata)",
-            value=skipped,
+            value=now.get("skipped", 0),
+        )
+        yield CounterMetricFamily(
+            "laneway_conflated_records",
+            "records of conflate=True handlers counted as done unrun (a newer one of their key ran)",
+            value=now.get("conflated", 0),
         )
 
 
@@ -229,9 +234,6 @@ class PrometheusMetrics(SourceMetrics):
         self.bytes = Gauge("laneway_bytes_in_memory", "bytes held", registry=r)
         self.lanes = Gauge("laneway_lanes", "lanes with work", registry=r)
         self.parked = Gauge("laneway_parked_lanes", "lanes waiting on a delay or backoff", registry=r)
-        self.conflated = Gauge(
-            "laneway_conflated_records", "records conflated away since start (a newer one ran)", registry=r
-        )
         self.consumer_lag = Gauge("laneway_consumer_lag", "lag", ["topic", "partition"], registry=r)
         self.rebalances = Counter("laneway_rebalances", "rebalance callbacks", ["kind"], registry=r)
         self.commits = Counter("laneway_commits", "offset commits", ["result"], registry=r)
@@ -292,7 +294,6 @@ class PrometheusMetrics(SourceMetrics):
         self.bytes.set_function(lambda: gauges()["bytes_in_memory"])
         self.lanes.set_function(lambda: gauges()["lanes"])
         self.parked.set_function(lambda: gauges()["parked"])
-        self.conflated.set_function(lambda: gauges()["conflated"])
         self._engine_counters.gauges = gauges
 
     # consumer hooks

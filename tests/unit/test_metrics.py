@@ -106,14 +106,17 @@ def test_skipped_records_counter_reads_the_engine_and_commit_and_rebalance_serie
     metrics = PrometheusMetrics()
     s = _samples(metrics)
     assert s["laneway_skipped_records_total{}"] == 0
+    assert s["laneway_conflated_records_total{}"] == 0
     for kind in ("assign", "revoke", "lost"):
         assert s[f"laneway_rebalances_total{{kind={kind}}}"] == 0
     assert s["laneway_commits_total{result=ok}"] == 0 and s["laneway_commits_total{result=failed}"] == 0
     gauges = {"events_in_memory": 0.0, "bytes_in_memory": 0.0, "lanes": 0.0, "parked": 0.0, "conflated": 0.0}
-    metrics.observe_engine(lambda: {**gauges, "skipped": 42.0})
+    metrics.observe_engine(lambda: {**gauges, "skipped": 42.0, "conflated": 7.0})
     metrics.commit(False)
     s = _samples(metrics)
     assert s["laneway_skipped_records_total{}"] == 42
+    assert s["laneway_conflated_records_total{}"] == 7
+    assert not any(name.startswith("laneway_conflated_records{") for name in s)  # a counter, not a gauge
     assert s["laneway_commits_total{result=failed}"] == 1
 
 

@@ -296,10 +296,11 @@ class App:
         to stop (a drain is not a crash), ``halted: ...`` for a halt."""
         return running.health(self)
 
-    def _paused_partitions(self) -> set[tuple[str, int]]:
-        out: set[tuple[str, int]] = set()
+    def _paused_partitions(self) -> dict[tuple[str, int], str]:
+        """The partitions the consumers do not fetch now, each with why (``/status``'s ``paused_for``)."""
+        out: dict[tuple[str, int], str] = {}
         for src in list(self.sources):
-            out |= src.paused_partitions
+            out.update(src.paused_partitions)
         return out
 
     def stop(self) -> None:

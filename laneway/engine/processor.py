@@ -257,19 +257,23 @@ class Processor(Dispatching):
         """Note the keys whose lane holds more than ``max_events`` (see :meth:`hot_partitions`)."""
         self.table.key_cap = max_events
 
-    def hot_partitions(self, below: int, owner: object = None) -> set[TopicPartition]:
-        """``owner``'s partitions with a key over the key cap; a key down to ``below`` events is
-        forgotten."""
+    def hot_partitions(
+        self, below: int, owner: object = None
+    ) -> dict[TopicPartition, tuple[bytes | None, int]]:
+        """``owner``'s partitions with a key over the key cap, each with its hottest such key and
+        the events that key holds; a key down to ``below`` events is forgotten."""
         table = self.table
         if not table.hot:
-            return set()
-        out: set[TopicPartition] = set()
+            return {}
+        out: dict[TopicPartition, tuple[bytes | None, int]] = {}
         with self._lock:
             for lid, (lane, state) in list(table.hot.items()):
                 if len(lane) <= below or state.revoked or table.lanes.get(lid) is not lane:
                     del table.hot[lid]
                 elif state.owner is owner:
-                    out.add(state.tp)
+                    was = out.get(state.tp)
+                    if was is None or len(lane) > was[1]:
+                        out[state.tp] = (lane[0][0].key, len(lane))  # a key lane: one key
         return out
 
     def positions(self, owner: object = None) -> dict[TopicPartition, int]:

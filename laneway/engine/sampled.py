@@ -30,7 +30,8 @@ class Sampled:
     ``window`` seconds, then one line with the count of those left out, logged when the window
     ends (``schedule(due, fn)`` calls ``fn`` at ``due`` on ``clock``: the processor's timer), or
     with the first line of a later window, or by :meth:`flush`. ``summary`` is that line's
-    format, with the count, the key and the window's seconds as arguments."""
+    format, with the count, the key and the window's seconds as arguments. ``level``: the
+    lines' level (a warning unless given)."""
 
     def __init__(
         self,
@@ -41,8 +42,9 @@ class Sampled:
         window: float = WINDOW,
         clock: Callable[[], float] = time.monotonic,
         schedule: Callable[[float, Callable[[], None]], None] | None = None,
+        level: int = logging.WARNING,
     ) -> None:
-        self._logger, self._summary = logger, summary
+        self._logger, self._summary, self._level = logger, summary, level
         self._burst, self._window, self._clock = burst, window, clock
         self._schedule = schedule
         self._lock = threading.Lock()
@@ -68,9 +70,9 @@ class Sampled:
                 if w[2] == 1 and self._schedule is not None:  # the count comes at the window's end
                     self._schedule(start + self._window, lambda: self._close(key, start))
         if left_out:
-            self._logger.warning(self._summary, left_out, key, since)
+            self._logger.log(self._level, self._summary, left_out, key, since)
         if log:
-            self._logger.warning(msg, *args)
+            self._logger.log(self._level, msg, *args)
 
     def _close(self, key: Hashable, start: float) -> None:
         """The end of ``key``'s window that began at ``start``: log the count of the lines left
@@ -81,7 +83,7 @@ class Sampled:
                 return
             left_out, since = int(w[2]), self._clock() - start
             del self._windows[key]
-        self._logger.warning(self._summary, left_out, key, since)
+        self._logger.log(self._level, self._summary, left_out, key, since)
 
     def flush(self) -> None:
         """Log the counts of the lines left out so far (at shutdown: no later window comes)."""
@@ -90,4 +92,4 @@ class Sampled:
             out = [(int(w[2]), key, now - w[0]) for key, w in self._windows.items() if w[2]]
             self._windows.clear()
         for left_out, key, since in out:
-            self._logger.warning(self._summary, left_out, key, since)
+            self._logger.log(self._level, self._summary, left_out, key, since)

@@ -50,6 +50,7 @@ from laneway.kafka.closing import close_unstarted, log_failure, quietly
 from laneway.kafka.commit import OutputError, make_committer
 from laneway.kafka.commit_metadata import metadata_limit
 from laneway.kafka.hooks import SourceMetrics
+from laneway.kafka.key_cap import KeyCapPauses
 from laneway.kafka.lag import LagReport
 from laneway.kafka.leaving import ANSWER_WAIT, GroupLeave
 from laneway.kafka.logs import librdkafka_logger
@@ -166,6 +167,9 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         #: what its rebalance lines start with: an app with several consumers names each one
         self._who = f"{log_name}: " if log_name else ""
+        self._key_pauses = KeyCapPauses(
+            key_cap(backpressure), self._key_low, backpressure.max_key_share, self._who
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -216,12 +220,18 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         return set(self._assigned)
 
     @property
-    def paused_partitions(self) -> set[tuple[str, int]]:
-        """The partitions not fetched now (read-only, from any thread): every assigned one under
-        backpressure, else those held back at their share or for their commit metadata."""
+    def paused_partitions(self) -> dict[tuple[str, int], str]:
+        """The partitions not fetched now, each with why (read-only, from any thread): every
+        assigned one under backpressure (``memory``) or in a drain (``draining``), else those
+        held back for a hot key (``hot_key``), their commit metadata (``metadata``) or their
+        share (``share``)."""
+        assigned = set(self._assigned)
         if self._paused:
-            return set(self._assigned)
-        return (set(self._held_back) | set(self._held)) & set(self._assigned)
+            return dict.fromkeys(assigned, "draining" if self._draining.is_set() else "memory")
+        out = dict.fromkeys(set(self._held_back) & assigned, "share")
+        out.update(dict.fromkeys(set(self._held) & assigned, "metadata"))
+        out.update({tp: why for tp, why in self._key_pauses.reasons().items() if tp in out})
+        return out
 
     # ------------------------------------------------------------------ the loop
 
@@ -268,6 +278,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         self._share = share_ = share(bp, processor.partitions)
         want = batch_wanted(bp, self._batch, share_)
         hot = processor.hot_partitions(self._key_low, owner=self)
+        if hot or self._key_pauses.now:
+            self._key_pauses.see(hot, self._assigned)
         events = processor.events_in_memory
         low = share_ * bp.resume_at
         fair = self._fair_topics | self._starving.look(time.monotonic(), contended=events > low, low=low)
@@ -299,7 +311,7 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
             share=share_,
             held=held,
             held_back=held_back,
-            hot=hot,
+            hot=hot.keys(),
             total=events,
             waiting=self._waiting(held, share_ * bp.resume_at),
             batch=want,

@@ -95,7 +95,7 @@ class StatusBoard:
         group: str,
         metrics: PrometheusMetrics,
         processor: Callable[[], Processor | None],
-        paused: Callable[[], set[tuple[str, int]]],
+        paused: Callable[[], Mapping[tuple[str, int], str]],
         caps: tuple[int, int],
         stall: float,
         delays: Mapping[str, float] | None = None,
@@ -175,6 +175,7 @@ class StatusBoard:
                     "in_flight": s.in_flight,
                     "queued": s.queued,
                     "paused": tp in paused,
+                    "paused_for": paused.get(tp),
                     "skipped": s.skipped,
                     "stalled": s.oldest_offset is not None and s.oldest_age > limit,
                 }

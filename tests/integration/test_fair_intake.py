@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 
@@ -84,12 +85,17 @@ def test_backlogs_on_four_partitions_keep_four_partition_lanes_busy(
 
 
 def test_a_partition_paused_for_a_hot_key_resumes_once_the_key_cools(
-    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A key over the key cap pauses its partition; once the key's lane drained, the partition
     came back only if another partition shared the cap with it: in key mode it stayed paused
     for good, its later records never fetched (seen with `laneway top`: paused, lag 1,077,
-    nothing in memory). Counted: every record is handled, per partition."""
+    nothing in memory). Counted: every record is handled, per partition.
+
+    The pause is said: a line naming the key when the partition pauses and when the key is
+    down again, and ``/status`` gives the partition's reason (a review: a partition paused for
+    its key had no word in the log and no reason in ``/status``)."""
+    caplog.set_level(logging.INFO, logger="laneway.kafka.source")
     topic = make_topic(partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
     produced = [0, 0]
@@ -114,9 +120,21 @@ def test_a_partition_paused_for_a_hot_key_resumes_once_the_key_cools(
         with lock:
             counts[ev.partition] += 1
 
-    app.run_until(lambda: counts == produced, timeout=60)
+    reasons: list[object] = []
+
+    def done() -> bool:
+        reasons.extend(p["paused_for"] for p in app.status.partitions() if p["partition"] == 0)
+        return counts == produced
+
+    app.run_until(done, timeout=60)
     assert counts == produced
     assert committed(kafka_bootstrap, group_id, topic, 2) == end_offsets(kafka_bootstrap, topic, 2)
+    assert "hot_key" in reasons, set(reasons)
+    lines = [r.getMessage() for r in caplog.records if r.name == "laneway.kafka.source"]
+    paused = [line for line in lines if line.startswith(f"paused {topic}[0]: key 'hot' holds ")]
+    assert paused and "over its cap of 200 (max_key_share=0.02 of max_events)" in paused[0], lines
+    assert any(line.startswith(f"{topic}[0] no longer waits for key 'hot'") for line in lines), lines
+    assert not any(f"{topic}[1]" in line for line in lines if "key '" in line)  # the cold keys: no line
 
 
 def test_a_key_ordered_partitions_backlog_does_not_starve_the_others_for_long(

@@ -34,7 +34,7 @@ class FakeSource:
         self.drained = self.stopped = False
         self.heartbeat = time.monotonic()
         self.lost_group = False
-        self.paused_partitions: set[tuple[str, int]] = set()
+        self.paused_partitions: dict[tuple[str, int], str] = {}
         self._end = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         FakeSource.made.append(self)

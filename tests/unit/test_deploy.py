@@ -49,7 +49,7 @@ def _exported_names() -> set[str]:
         group="g",
         metrics=metrics,
         processor=lambda: None,
-        paused=set,
+        paused=dict,
         caps=(1, 1),
         stall=60.0,
     )

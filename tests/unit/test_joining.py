@@ -104,7 +104,7 @@ def test_the_status_boards_watch_thread_logs_the_line(caplog: pytest.LogCaptureF
         group="g",
         metrics=metrics,
         processor=lambda: None,
-        paused=set,
+        paused=dict,
         caps=(1000, 1 << 20),
         stall=0.2,  # the thread looks every 0.05 s
     )

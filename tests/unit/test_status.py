@@ -46,7 +46,7 @@ def _setup(gate: threading.Event, stall: float = 60.0) -> tuple[Processor, Statu
         group="g",
         metrics=metrics,
         processor=lambda: proc,
-        paused=lambda: {("t", 1)},
+        paused=lambda: {("t", 1): "hot_key"},
         caps=(1000, 1 << 20),
         stall=stall,
         hot_keys=metrics.hot_keys,
@@ -76,8 +76,9 @@ def test_the_document_names_the_oldest_unfinished_record_its_key_and_the_gap(gat
         assert first["gap"] == 37  # 0..2 committed by position, 4..40 finished beyond it
         assert first["in_flight"] == 1 and first["queued"] == 0
         assert first["time_lag_s"] is not None and first["time_lag_s"] > 0
-        assert first["paused"] is False and first["stalled"] is False
+        assert first["paused"] is False and first["paused_for"] is None and first["stalled"] is False
         assert second["partition"] == 1 and second["paused"] is True and second["oldest_offset"] is None
+        assert second["paused_for"] == "hot_key"
         (handler,) = doc["handlers"]
         assert handler["topic"] == "t"
         assert handler["processed"] == 39  # 41 records: one running, one failed

@@ -20,6 +20,7 @@ from typing import Literal
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from laneway.engine import gaps
 from laneway.kafka.access import Ask, raise_if_denied
 from laneway.kafka.admin import (
     AdminError,
@@ -103,10 +104,13 @@ class ResetRow:
     #: (``after`` is the source group's offset): without it, the new group would start there
     #: from its ``auto.offset.reset``
     kept: bool = False
-    #: the commit metadata written with ``after``: a kept row's is the source group's, as is
-    #: (Laneway's names the records finished beyond the offset, which the new group then skips);
-    #: a moved row has none, since the source's named offsets beyond the old position
+    #: the commit metadata written with ``after``: a kept row's, or one left at its offset, is the
+    #: group's as it is (Laneway's names the records finished beyond the offset, which the
+    #: group then skips); a moved row has none, since it named offsets beyond the old position
     metadata: str | None = None
+    #: records the group had finished beyond ``before`` (named in its commit metadata) at or
+    #: past ``after``, which run again once the row is written without that metadata
+    rerun: int = 0
 
     def out_of_range(self) -> str | None:
         """One line saying where an offset asked for outside the partition moves, or None."""
@@ -237,10 +241,31 @@ def plan_reset(
             after = target.offsets.get(tp, target.offsets.get((None, tp[1]), 0))
         moved = min(max(after, low), high)  # an offset outside the partition moves to its nearer end
         requested = after if moved != after and target.kind in ("offset", "shift") else None
-        rows.append(ResetRow(tp[0], tp[1], before, moved, low, high, requested))
+        rows.append(_row(gs, tp, before, moved, low, high, requested))
     if new_group is not None:
         rows += _kept_rows(admin, gs, set(tps))
     return ResetPlan(group, new_group or group, target, tuple(rows))
+
+
+def _row(
+    gs: GroupState,
+    tp: tuple[str, int],
+    before: int | None,
+    after: int,
+    low: int,
+    high: int,
+    requested: int | None,
+) -> ResetRow:
+    """A reset's row. Left at its offset, it keeps the group's metadata: written without it,
+    the group would run again what it had finished beyond the offset, which nobody asked for
+    (``--shift 0``). Moved, it is written without: ``rerun`` counts what of that then runs again."""
+    metadata = gs.metadata.get(tp)
+    if before is not None and after == before:
+        return ResetRow(*tp, before, after, low, high, requested, metadata=metadata)
+    rerun = 0
+    if before is not None and metadata and gs.finished_beyond.get(tp):
+        rerun = sum(1 for o in gaps.decode(before, metadata) if o >= after)
+    return ResetRow(*tp, before, after, low, high, requested, rerun=rerun)
 
 
 def _kept_rows(admin: AdminClient, gs: GroupState, named: set[tuple[str, int]]) -> list[ResetRow]:

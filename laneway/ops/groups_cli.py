@@ -174,10 +174,30 @@ def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
         "target": plan.target.describe(),
         "applied": applied,
         "partitions": [
-            {"topic": r.topic, "partition": r.partition, "before": r.before, "after": r.after, "kept": r.kept}
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "before": r.before,
+                "after": r.after,
+                "kept": r.kept,
+                "rerun": r.rerun,
+            }
             for r in plan.rows
         ],
     }
+
+
+def _rerun_line(plan: ResetPlan) -> str | None:
+    """One line counting the records the group had finished beyond its offsets that the reset
+    makes run again (its commit metadata named them), or None when there are none."""
+    rows = [r for r in plan.rows if r.rerun]
+    if not rows:
+        return None
+    each = ", ".join(f"{r.topic}:{r.partition} {r.rerun}" for r in rows)
+    return (
+        f"{sum(r.rerun for r in rows)} record(s) the group had finished beyond its committed offsets "
+        f"will run again from the new offsets ({each}): the commit metadata that named them is not written"
+    )
 
 
 @with_client_config
@@ -262,6 +282,8 @@ def replay(
             return
         console = common.console()
         console.print(_plan_table(plan, f"plan for {where}: {target.describe()}"))
+        if line := _rerun_line(plan):
+            typer.echo(line)
         console.print("dry run: nothing changed")
         return
     check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
@@ -282,3 +304,5 @@ def replay(
     kept = sum(r.kept for r in after.rows)
     also = f", and gave it {group}'s offsets of {kept} more, as they are" if kept else ""
     typer.echo(f"reset {len(after.rows) - kept} partition(s) of {plan.target_group}{also}")
+    if line := _rerun_line(after):
+        typer.echo(line)

@@ -391,3 +391,53 @@ def test_replay_sets_a_new_group_s_offsets_from_a_to_offset_naming_its_topic(
         "ahead of its first start, name the topic (--topic TOPIC, or --to-offset TOPIC:PARTITION:OFFSET)"
     )
     assert committed(kafka_admin, other) == {}
+
+
+def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_counts_what_runs_again(
+    kafka_bootstrap: str, kafka_admin: AdminClient, consumed: str, group_id: str
+) -> None:
+    """``--shift 0`` wrote each offset again without its commit metadata, so the group ran again
+    the records it had finished beyond it, without a word (a review). An offset left where it is
+    keeps its metadata: counted per record, the group then runs only what it had not finished.
+    A move writes the offset without the metadata, and the plan counts the finished records
+    that run again."""
+    p0 = gaps.encode(4, {6, 7})
+    p1 = gaps.encode(3, {4, 5, 8})
+    commit(
+        kafka_bootstrap,
+        group_id,
+        [TopicPartition(consumed, 0, 4, metadata=p0), TopicPartition(consumed, 1, 3, metadata=p1)],
+    )
+    same = invoke(kafka_bootstrap, "replay", group_id, "--shift", "0")
+    assert same.exit_code == 0, same.output
+    assert "run again" not in same.output
+    assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (3, p1)}
+
+    plan = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5", "--dry-run", "--json")
+    assert plan.exit_code == 0, plan.output
+    (row,) = orjson.loads(plan.stdout)["partitions"]
+    assert (row["partition"], row["before"], row["after"], row["rerun"]) == (1, 3, 5, 2)  # 5 and 8
+    moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5")
+    assert moved.exit_code == 0, moved.output
+    assert (
+        "2 record(s) the group had finished beyond its committed offsets will run again from the new "
+        f"offsets ({consumed}:1 2): the commit metadata that named them is not written"
+    ) in " ".join(moved.output.split())
+    assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (5, None)}
+
+    seen: Counter[tuple[int, int]] = Counter()
+    lock = threading.Lock()
+    app = App(
+        "kept-in-place",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        timeouts=Timeouts(commit_interval=0.2, shutdown=2, revoke=1),
+    )
+
+    @app.handler(consumed, on_failure="halt")
+    def count(ev: Event) -> None:
+        with lock:
+            seen[(ev.partition, ev.offset)] += 1
+
+    assert app.run_until(lambda: committed(kafka_admin, group_id) == {0: 10, 1: 10}, timeout=60)
+    assert seen == Counter([(0, o) for o in (4, 5, 8, 9)] + [(1, o) for o in range(5, 10)])

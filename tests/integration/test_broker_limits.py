@@ -40,13 +40,30 @@ def low_limit_broker() -> Iterator[LocalBroker]:
         yield broker
 
 
+def _topics(bootstrap: str, *topics: tuple[str, int]) -> None:
+    """Create each (name, partitions) on the module's broker."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, n, 1) for name, n in topics]).values():
+        f.result(30)
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``laneway ARGS`` in a process of its own (its exit code and its stderr as a user sees them)."""
+    return subprocess.run(
+        [sys.executable, "-m", "laneway.ops.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=cwd,
+    )
+
+
 def test_a_redrive_fits_its_transactions_to_the_broker_s_limit(low_limit_broker: LocalBroker) -> None:
     bootstrap = low_limit_broker.bootstrap
     assert broker_limit({"bootstrap.servers": bootstrap}) == LIMIT  # the setting reached the broker
     orders, dlq = "orders", "orders-dlq"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(orders, 2, 1), NewTopic(dlq, 1, 1)]).values():
-        f.result(30)
+    _topics(bootstrap, (orders, 2), (dlq, 1))
     letters = [("c1", ValueError("bad amount")), ("c2", KeyError("sku")), ("c3", ValueError("bad date"))]
     with Producer(bootstrap, value_serde="bytes") as producer:
         for offset, (key, error) in enumerate(letters):
@@ -54,14 +71,7 @@ def test_a_redrive_fits_its_transactions_to_the_broker_s_limit(low_limit_broker:
             producer.send(dlq, value, key=key, headers=headers)
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "laneway.ops.cli", "dlq", "redrive", dlq, "--bootstrap", bootstrap],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-    )
+    done = _cli("dlq", "redrive", dlq, "--bootstrap", bootstrap, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "moved 3 record(s)" in done.stdout, done.stdout
     assert "INVALID_TRANSACTION_TIMEOUT" not in done.stderr and "transaction" not in done.stderr.lower()
@@ -79,9 +89,7 @@ def test_a_redrive_that_may_not_read_the_limit_asks_for_less(
 
     bootstrap = low_limit_broker.bootstrap
     orders, dlq = "orders-2", "orders-2-dlq"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(orders, 1, 1), NewTopic(dlq, 1, 1)]).values():
-        f.result(30)
+    _topics(bootstrap, (orders, 1), (dlq, 1))
     with Producer(bootstrap, value_serde="bytes") as producer:
         value, headers = dead_letter(orders, 7, "c9", ValueError("bad"), partition=0)
         producer.send(dlq, value, key="c9", headers=headers)
@@ -96,21 +104,12 @@ def test_a_group_session_the_broker_refuses_stops_the_app_with_one_line(
     low_limit_broker: LocalBroker, tmp_path: Path
 ) -> None:
     bootstrap = low_limit_broker.bootstrap
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic("events", 1, 1), NewTopic("events.dlq", 1, 1)]).values():
-        f.result(30)
+    _topics(bootstrap, ("events", 1), ("events.dlq", 1))
     with Producer(bootstrap, value_serde="bytes") as producer:
         producer.send("events", b"x", key="k")
     (tmp_path / "sessionapp.py").write_text(_SESSION_APP)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "LW_BOOTSTRAP": bootstrap}
-    done = subprocess.run(
-        [sys.executable, "-m", "laneway.ops.cli", "run", "sessionapp:app"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
+    done = _cli("run", "sessionapp:app", env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, done.stderr

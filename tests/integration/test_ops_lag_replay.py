@@ -413,7 +413,9 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
     assert "run again" not in same.output
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (3, p1)}
 
-    plan = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5", "--dry-run", "--json")
+    plan = invoke(
+        kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5", "--dry-run", "--json"
+    )
     assert plan.exit_code == 0, plan.output
     (row,) = orjson.loads(plan.stdout)["partitions"]
     assert (row["partition"], row["before"], row["after"], row["rerun"]) == (1, 3, 5, 2)  # 5 and 8

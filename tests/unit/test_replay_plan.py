@@ -91,9 +91,15 @@ def test_a_new_group_keeps_the_commit_metadata_of_the_partitions_the_reset_does_
         (0, 6, False, None),
         (1, 10, True, finished[("orders", 1)]),
     ]
+    assert plan.rows[0].rerun == 2  # 8 and 9, finished, run again from 6
     # the same reset of the group itself writes its named partition only, without metadata
-    own = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 7}))
-    assert [(r.partition, r.after, r.metadata) for r in own.rows] == [(0, 7, None)]
+    own = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 6}))
+    assert [(r.partition, r.after, r.metadata, r.rerun) for r in own.rows] == [(0, 6, None, 2)]
+    # unless it leaves the offset where it is: then its metadata stays, and nothing runs again
+    same = plan_reset(object(), "shop", ResetTarget.to_offsets({(None, 0): 7}))
+    assert [(r.partition, r.after, r.metadata, r.rerun) for r in same.rows] == [
+        (0, 7, finished[("orders", 0)], 0)
+    ]
 
     written: list[TopicPartition] = []
 

@@ -161,6 +161,18 @@ class OffsetTracker:
         head = self._head
         return list(compress(self._offsets[head:], self._marks[head:]))
 
+    def finished_runs(self) -> int | None:
+        """How many runs of consecutive finished offsets lie beyond the position (the runs
+        encoding writes one entry each), counted at C speed; None when the offsets from the
+        position on are not consecutive (a compacted topic, transaction markers: only an
+        encoding tells)."""
+        all_, head = self._offsets, self._head
+        if not self._finished or head >= len(all_):
+            return 0
+        if all_[-1] - all_[head] != len(all_) - 1 - head:
+            return None
+        return self._marks.count(b"\x00\x01", head)  # the head is unfinished: each run follows a 0
+
     @property
     def finished_count(self) -> int:
         """How many offsets after the position are finished (``len(finished_beyond())``)."""

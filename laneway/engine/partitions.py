@@ -15,6 +15,7 @@ are called with it held; none of them takes it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +32,11 @@ logger = logging.getLogger("laneway.engine.processor")
 Commits = dict[TopicPartition, tuple[int, str | None]]
 #: the share of the metadata limit past which a partition is near it (:meth:`Ledger.near_limit`)
 NEAR_LIMIT = 0.75
+#: an encoding's characters beside one per 6 offsets of its span at most: ``gaps.encode``
+#: keeps the runs up to 8 characters past that, and ``lw1`` comes first
+_BITMAP = 12
+#: a partition whose offsets are not consecutive is encoded between commits at most this often (s)
+ENCODE_EVERY = 0.025
 
 
 @dataclass(eq=False)
@@ -59,6 +65,8 @@ class PartitionState:
     #: whether the last commit's metadata named only a prefix of the finished offsets beyond
     #: its position: the rest passed the limit (logged once, as it begins)
     cut: bool = False
+    #: when :meth:`Ledger.nearing_limit` last encoded the partition's gap (monotonic seconds)
+    encoded_at: float = float("-inf")
     #: the oldest unfinished record as :meth:`Ledger.status` last saw it: (offset, since when it
     #: is the oldest (monotonic), its event or None when it was not found at a lane's head)
     head: tuple[int, float, Event | None] | None = None
@@ -223,6 +231,50 @@ class Ledger:
         """``owner``'s partitions whose last commit's metadata passed :data:`NEAR_LIMIT` of the
         limit: the source stops fetching them until their gap closes."""
         return {tp for tp, s in self.states.items() if s.near_limit and s.owner is owner}
+
+    def maybe_near(self, owner: object, max_metadata: int) -> list[PartitionState]:
+        """``owner``'s partitions whose metadata might pass :data:`NEAR_LIMIT` of
+        ``max_metadata`` were they committed now, read without the lock from the trackers'
+        counts (:meth:`OffsetTracker.lowest`): a partition with no finished offset beyond its
+        position, or whose bitmap would fit (about one character per 6 offsets from the
+        position to the highest), is not near."""
+        if max_metadata <= 0:
+            return []
+        near = NEAR_LIMIT * max_metadata
+        out: list[PartitionState] = []
+        for state in list(self.states.values()):
+            tracker = state.tracker
+            if not tracker.finished_count or state.owner is not owner or state.revoked:
+                continue
+            pos = tracker.lowest()
+            if pos is not None and _BITMAP + (tracker.highest - pos) // 6 > near:
+                out.append(state)
+        return out
+
+    def nearing_limit(self, states: list[PartitionState], max_metadata: int) -> set[TopicPartition]:
+        """Of :meth:`maybe_near`'s ``states``, those whose finished offsets beyond the position,
+        encoded now, would pass :data:`NEAR_LIMIT` of ``max_metadata``; each is marked near, as
+        a commit marks it (the lock is held). The runs encoding takes at most a few characters
+        per run (:meth:`OffsetTracker.finished_runs`): under that bound, nothing is encoded."""
+        out: set[TopicPartition] = set()
+        near = NEAR_LIMIT * max_metadata
+        for state in states:
+            tracker = state.tracker
+            pos = tracker.position()
+            if state.revoked or pos is None or not tracker.finished_count:
+                continue
+            runs = tracker.finished_runs()
+            if runs is not None and 4 + runs * (2 * len(f"{tracker.highest - pos:x}") + 2) <= near:
+                continue
+            if runs is None:  # offsets not consecutive: the encoding is the only measure, so
+                now = time.monotonic()  # a fast partition is encoded once per ENCODE_EVERY
+                if now < state.encoded_at + ENCODE_EVERY:
+                    continue
+                state.encoded_at = now
+            if len(gaps.encode(pos, tracker.finished_beyond())) > near:
+                state.near_limit = True
+                out.add(state.tp)
+        return out
 
     @staticmethod
     def _commit_of(

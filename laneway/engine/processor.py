@@ -179,6 +179,17 @@ class Processor(Dispatching):
         with self._lock:
             return self._ledger.near_limit(owner)
 
+    def nearing_metadata_limit(self, max_metadata: int, owner: object = None) -> set[TopicPartition]:
+        """``owner``'s partitions whose metadata would pass 3/4 of ``max_metadata`` were they
+        committed now, between commits (:meth:`Ledger.nearing_limit`): the source pauses them
+        as it pauses those of :meth:`near_metadata_limit`."""
+        ledger = self._ledger
+        maybe = ledger.maybe_near(owner, max_metadata)  # most turns: counts only, no lock
+        if not maybe:
+            return set()
+        with self._lock:
+            return ledger.nearing_limit(maybe, max_metadata)
+
     def skipped(self) -> int:
         """Records skipped since start: finished before a restart, read from commit metadata."""
         with self._lock:

@@ -58,7 +58,7 @@ from laneway.kafka.periodic_commits import PeriodicCommits
 from laneway.kafka.rebalance import RebalanceCallbacks
 from laneway.kafka.records import events_of, within_cap
 from laneway.kafka.session import group_defaults, session_refused
-from laneway.kafka.starving import StarvationWatch
+from laneway.kafka.starving import StarvationWatch, still_to_take
 
 __all__ = ["KafkaSource", "OutputError", "SourceMetrics"]
 
@@ -263,6 +263,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
                 self._committer.serve()  # a producer's fatal error (a refused id) stops the loop
                 self._commit_due()
                 next_commit = now + self._commit_interval
+            else:
+                self._hold_nearing()
             if now >= next_lag:
                 self._report_lag()
                 next_lag = now + 5.0
@@ -335,25 +337,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
 
     def _waiting(self, held: dict[tuple[str, int], int], low: float) -> set[tuple[str, int]]:
         """Of the partitions holding at most ``low`` events, those with records still to take
-        (the client's position below the end it last saw): the ones a share would make room
-        for. Cheap: the client's cached ends, asked only for partitions running low."""
-        low_ones = [tp for tp, n in held.items() if n <= low]
-        if not low_ones:
-            return set()
-        consumer = self._consumer
-        try:
-            positions = consumer.position([TopicPartition(t, p) for t, p in low_ones])
-        except KafkaException:
-            return set(low_ones)
-        out: set[tuple[str, int]] = set()
-        for tp in positions:
-            try:
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException:
-                high = None
-            if high is None or high < 0 or tp.offset < 0 or tp.offset < high:
-                out.add((tp.topic, tp.partition))
-        return out
+        (:func:`~laneway.kafka.starving.still_to_take`): the ones a share would make room for."""
+        return still_to_take(self._consumer, [tp for tp, n in held.items() if n <= low])
 
     @property
     def _all_held_back(self) -> bool:

@@ -36,7 +36,10 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 
-__all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch"]
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaException
+
+__all__ = ["EVERY", "KEEP", "STARVE_AFTER", "StarvationWatch", "still_to_take"]
 
 logger = logging.getLogger("laneway.kafka.source")
 
@@ -150,3 +153,23 @@ class StarvationWatch:
             return True
         counts = Counter(tp for moved in moving for tp in moved)
         return max(counts.values()) >= len(moving)
+
+
+def still_to_take(consumer: Consumer, partitions: list[TopicPartition]) -> set[TopicPartition]:
+    """Of ``partitions``, those with records still to take: the client's position below the end
+    it last saw (all of them when it cannot tell). Cheap: the client's cached ends."""
+    if not partitions:
+        return set()
+    try:
+        positions = consumer.position([confluent_kafka.TopicPartition(t, p) for t, p in partitions])
+    except KafkaException:
+        return set(partitions)
+    out: set[TopicPartition] = set()
+    for tp in positions:
+        try:
+            _, high = consumer.get_watermark_offsets(tp, cached=True)
+        except KafkaException:
+            high = None
+        if high is None or high < 0 or tp.offset < 0 or tp.offset < high:
+            out.add((tp.topic, tp.partition))
+    return out

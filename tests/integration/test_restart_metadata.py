@@ -7,6 +7,7 @@ import asyncio
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -129,8 +130,10 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
     than the broker's 4,096 characters. The commits name the lowest of them that fit under it
     (the broker refuses a text of exactly 4,096: a review saw every such commit refused, and the
     last one it took named 700 fewer); a restart redoes exactly what the commit did not name.
-    Near the limit the partition stops fetching, so how many finish depends on the fetch: the
-    test stops once the commit was cut and the count stands still."""
+    Near the limit the partition stops fetching, after every fetch; the others' records take 1 ms
+    each, so the event cap is full of them when it pauses, and they pass the limit as they
+    finish. How many finish depends on the fetch: the test stops once the commit was cut and
+    the count stands still."""
     import time
 
     from laneway.engine import gaps
@@ -150,6 +153,8 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
         if ev.key == b"stuck":
             while not gate.is_set():
                 await asyncio.sleep(0.01)
+        else:
+            await asyncio.sleep(0.001)  # the cap fills: what it holds at the pause passes the limit
         first.add(ev.offset)
 
     seen = {"count": -1, "since": 0.0}
@@ -188,3 +193,82 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
     assert app2.run_until(lambda: committed(kafka_bootstrap, group_id, topic, 1) == ends, timeout=90)
     # each record the commit did not name ran again once; none it named
     assert second == Counter(set(range(n)) - named)
+
+
+def test_between_commits_a_partition_stops_fetching_before_its_metadata_passes_the_limit(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pause near the metadata limit was decided at commits only: a partition fetched a whole
+    commit interval's records past a stuck one, and passed the limit between two commits (a
+    review: 38,750 finished before the first commit, which could name 25,575). It is looked at
+    after every fetch. Here no commit comes for 10 s: the others' records stop at the pause,
+    within the event cap, and the commits name every finished offset. Counted: the
+    records finished before the stuck key is let go, and then every record once."""
+    import time
+
+    from laneway import Backpressure
+    from laneway.engine import gaps
+
+    n, stuck = 40_000, frozenset(range(0, 40_000, 10))
+    topic = make_topic(partitions=1)
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 10})
+    for i in range(n):
+        p.produce(topic, key=b"stuck" if i in stuck else f"k{i % 50}".encode(), value=str(i).encode())
+    assert p.flush(30) == 0
+    gate = threading.Event()
+    done: Counter[int] = Counter()
+    app = App(
+        "nearing-limit",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=8,
+        # the stuck key may hold the whole cap: its partition pauses for its metadata, not the key
+        backpressure=Backpressure(max_events=2_000, max_key_share=1.0),
+        timeouts=Timeouts(commit_interval=10, shutdown=5, revoke=1),
+    )
+
+    @app.handler(topic, on_failure="halt")
+    async def stuck_first(ev: Event) -> None:
+        if ev.key == b"stuck":
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+        done[ev.offset] += 1
+
+    seen = {"count": -1, "since": 0.0}
+    reasons: set[object] = set()
+
+    def still() -> bool:
+        now = time.monotonic()
+        reasons.update(p["paused_for"] for p in app.status.partitions())
+        if len(done) != seen["count"]:
+            seen["count"], seen["since"] = len(done), now
+        return len(done) > 0 and now - seen["since"] > 1.0
+
+    def wait(cond: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return True
+            time.sleep(0.05)
+        return False
+
+    caplog.set_level(logging.INFO, logger="laneway.kafka.source")
+    app.start()
+    try:
+        assert wait(still, timeout=8)  # before the first commit
+        finished = sorted(done)
+        # paused near the limit (3/4 of 4,096 characters), plus what the cap held then: all
+        # 36,000 of the others finished before the first commit, a bitmap of 6,667 characters
+        assert len(finished) < 30_000, len(finished)
+        assert 3_072 < len(gaps.encode(0, finished)) < 4_095
+        assert "metadata" in reasons, reasons
+        said = [r.getMessage() for r in caplog.records]
+        assert any("their commit metadata nears its limit" in m for m in said), said
+        gate.set()
+        assert wait(lambda: len(done) == n, timeout=60)
+    finally:
+        gate.set()
+        app.shutdown()  # its last commit: the end
+    assert done == Counter(range(n))
+    assert committed(kafka_bootstrap, group_id, topic, 1) == end_offsets(kafka_bootstrap, topic, 1)
+    assert not [r for r in caplog.records if "pass the commit metadata's limit" in r.getMessage()]

@@ -258,6 +258,11 @@ class Processor(Dispatching):
         return frozenset(t for t, sp in self._handlers.items() if sp.ordering == "partition")
 
     @property
+    def key_ordered(self) -> bool:
+        """Whether a handler runs a lane per key (``ordering="key"``): the key cap applies."""
+        return any(sp.ordering == "key" for sp in self._handlers.values())
+
+    @property
     def many_lanes(self) -> frozenset[str]:
         """The topics whose handler runs many lanes per partition (``ordering="key"`` or
         ``"unordered"``): they share the event cap only while a partition starves

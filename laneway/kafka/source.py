@@ -159,6 +159,9 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         self._room_min = backpressure.max_events
         self._share = backpressure.max_events
         self._key_low = int(key_cap(backpressure) * backpressure.resume_at)
+        # a fetch takes at most a key's cap: a key past it pauses its partition by at most that
+        # much (a review: a key capped at 100 held 713, then all 1,000 of the event cap)
+        self._fetch_max = key_cap(backpressure) if processor is not None and processor.key_ordered else None
         self._stop = threading.Event()
         self._draining = threading.Event()
         self.heartbeat = time.monotonic()
@@ -393,7 +396,8 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
             # under theirs, unless that is less than a batch); block only when nothing is there,
             # so a record never waits for others to arrive: up to 100 ms, or 5 ms while
             # partitions wait to resume
-            msgs = consumer.consume(min(flow.fetch, max(self._room_min, want)), 0)
+            n = min(flow.fetch, max(self._room_min, want))
+            msgs = consumer.consume(n if self._fetch_max is None else min(n, self._fetch_max), 0)
             if not msgs:
                 processor.idle()  # what becomes ready meanwhile goes to the workers
                 msgs = consumer.consume(1, _PAUSED_POLL if self._held_back else 0.1)

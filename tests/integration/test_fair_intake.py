@@ -234,3 +234,60 @@ def test_key_ordered_partitions_taking_turns_in_a_round_keep_no_shares(
     assert app.run_until(lambda: all(arr.count(1) == per for arr in seen), timeout=180)
     assert [arr.count(1) for arr in seen] == [per] * partitions  # each record once
     assert verdicts == []  # no partition starved: the cap went round
+
+
+def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
+    kafka_bootstrap: str, make_topic: TopicFactory, group_id: str
+) -> None:
+    """A fetch took up to a batch of 500 records, all of one key when its partition holds one
+    key: a key capped at 100 events held 713, then all 1,000 of the event cap, and every other
+    partition paused for memory (a review). A fetch now takes at most a key's cap, so the key
+    holds at most twice its cap, and the other partition's records all run while it is stuck.
+    Counted: the events held, sampled every 10 ms, and the others' records."""
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    for i in range(2_000):
+        producer.produce(topic, key=b"hot", value=b"x", partition=0)
+        producer.produce(topic, key=f"k{i % 300}".encode(), value=b"x", partition=1)
+    assert producer.flush(30) == 0
+    gate = threading.Event()
+    counts = [0, 0]
+    lock = threading.Lock()
+    app = App(
+        "hot-capped",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id,
+        concurrency=8,
+        backpressure=Backpressure(max_events=1_000, max_key_share=0.1),  # the key's cap: 100 events
+    )
+
+    @app.handler(topic, on_failure="halt")
+    def handle(ev: Event) -> None:
+        if ev.key == b"hot":
+            gate.wait(30)
+        with lock:
+            counts[ev.partition] += 1
+
+    most = [0]  # events held: the hot key's (the cold ones run at once)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            if app.processor is not None:
+                most[0] = max(most[0], app.processor.events_in_memory)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    def done() -> bool:
+        if counts[1] == 2_000 and not gate.is_set():  # the cold partition ran while the key was stuck
+            stop.set()
+            gate.set()
+        return counts == [2_000, 2_000]
+
+    try:
+        assert app.run_until(done, timeout=60), counts
+    finally:
+        gate.set()
+        stop.set()
+        sampler.join()
+    assert 100 <= most[0] <= 200, most[0]  # at its cap, or past it by one fetch at most

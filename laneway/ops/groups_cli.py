@@ -6,6 +6,7 @@ The logic lives in :mod:`laneway.kafka.groups` and :mod:`laneway.kafka.replay`;
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -113,8 +114,8 @@ def lag(
     if interval is not None and not watch:  # it was ignored without a word
         raise common.fail(f"--interval {interval:g} needs --watch (without it, lag prints once)")
     interval = 2.0 if interval is None else interval
-    if interval <= 0:  # time.sleep refuses a negative pause with a traceback
-        raise common.fail(f"--interval must be more than 0 seconds, not {interval:g}")
+    if not 0 < interval < math.inf:  # time.sleep refuses a negative, NaN or endless pause with a traceback
+        raise common.fail(f"--interval must be a number of seconds more than 0, not {interval:g}")
     address, admin = common.connect(bootstrap)
     if not watch:
         result = group_lag(admin, address, group)

@@ -12,6 +12,7 @@ interval instead of redrawing the screen.
 from __future__ import annotations
 
 import http.client
+import math
 import time
 import urllib.error
 import urllib.request
@@ -62,6 +63,14 @@ def _totals(docs: list[Doc]) -> dict[str, Any]:
     return {"processed": processed, "retries": retries, "letters": letters, "buckets": buckets}
 
 
+def _down(docs: list[Doc | None], urls: list[str] | None) -> str:
+    """`` (down: ADDRESS, ...)`` for the instances that did not answer, when their addresses are known."""
+    if urls is None:
+        return ""
+    down = [u for u, d in zip(urls, docs, strict=False) if d is None]
+    return f" (down: {', '.join(down)})" if down else ""
+
+
 def _hist(buckets: dict[str, float]) -> list[tuple[float, float]]:
     return sorted((float("inf") if le == "+Inf" else float(le), n) for le, n in buckets.items())
 
@@ -80,22 +89,49 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
 
 
+def _since(now: Doc, then: Doc | None) -> dict[str, Any]:
+    """One instance's counts between two reads (its whole counts without an earlier read). A
+    count that went down is a restart's: its counts since then are the new ones."""
+    a, b = _totals([now]), _totals([then] if then is not None else [])
+    if a["processed"] < b["processed"] or a["retries"] < b["retries"] or a["letters"] < b["letters"]:
+        b = _totals([])
+    return {
+        "processed": a["processed"] - b["processed"],
+        "retries": a["retries"] - b["retries"],
+        "letters": a["letters"] - b["letters"],
+        "buckets": {le: n - b["buckets"].get(le, 0) for le, n in a["buckets"].items()},
+    }
+
+
 def render(
-    docs: list[Doc | None], before: list[Doc | None] | None, elapsed: float, height: int = 24
+    docs: list[Doc | None],
+    before: list[Doc | None] | None,
+    elapsed: float,
+    height: int = 24,
+    urls: list[str] | None = None,
 ) -> Group:
-    """One frame of the view from the instances' documents (``before``: the previous read)."""
+    """One frame of the view from the instances' documents (``before``: the previous read, in
+    the same order; ``urls``: their addresses, to name those that do not answer). Rates add up
+    each instance's counts between the reads: one that stopped answering, or restarted, counts
+    nothing it had counted before."""
     live = [d for d in docs if d is not None]
-    group = live[0]["group"] if live else "?"
-    now, then = _totals(live), _totals([d for d in (before or []) if d is not None])
+    groups = sorted({str(d["group"]) for d in live})
+    group = ", ".join(groups) if groups else "?"
     span = max(elapsed, 1e-9)
+    rate = retries = letters = 0.0
+    window: dict[str, float] = {}
     if before is not None:
-        rate = (now["processed"] - then["processed"]) / span  # handled, not fetched
-        retries = (now["retries"] - then["retries"]) / span
-        letters = (now["letters"] - then["letters"]) / span
-        window = {le: n - then["buckets"].get(le, 0) for le, n in now["buckets"].items()}
+        for i, d in enumerate(docs):
+            if d is None:
+                continue
+            got = _since(d, before[i] if i < len(before) else None)
+            rate += got["processed"] / span  # handled, not fetched
+            retries += got["retries"] / span
+            letters += got["letters"] / span
+            for le, n in got["buckets"].items():
+                window[le] = window.get(le, 0) + n
     else:
-        rate = retries = letters = 0.0
-        window = now["buckets"]
+        window = _totals(live)["buckets"]
     hist = _hist(window)
     mem = sum(d["process"]["events_in_memory"] for d in live)
     cap = sum(d["process"]["max_events"] for d in live)
@@ -105,7 +141,8 @@ def render(
     failed = sum(d["process"]["commits"].get("failed", 0) for d in live)
     lines: list[Any] = [
         Text(
-            f"laneway top  group {group}  {len(live)}/{len(docs)} up  {time.strftime('%H:%M:%S')}",
+            f"laneway top  {'groups' if len(groups) > 1 else 'group'} {group}  {len(live)}/{len(docs)} up"
+            f"{_down(docs, urls)}  {time.strftime('%H:%M:%S')}",
             style="bold",
         ),
         Text(
@@ -208,11 +245,17 @@ def register(app: typer.Typer) -> None:
 
         Example: laneway top 127.0.0.1:9100 127.0.0.1:9101
         """
-        if interval <= 0:  # time.sleep refuses a negative pause with a traceback
+        if not 0 < interval < math.inf:  # time.sleep refuses a negative, NaN or endless pause
             typer.secho(
-                f"error: --interval must be more than 0 seconds, not {interval:g}", err=True, fg="red"
+                f"error: --interval must be a number of seconds more than 0, not {interval:g}",
+                err=True,
+                fg="red",
             )
             raise typer.Exit(2)
+        seen: dict[str, str] = {}
+        for u in urls:  # an instance given twice (as host:port and http://host:port) counts once
+            seen.setdefault(status_url(u), u)
+        urls = list(seen.values())
         console = Console(highlight=False)
         before = [fetch(u) for u in urls]
         if all(d is None for d in before):
@@ -230,7 +273,7 @@ def register(app: typer.Typer) -> None:
                     now = time.monotonic()
                     # piped, nothing scrolls off a screen: every partition
                     height = console.size.height if console.is_terminal else 1_000_000
-                    console.print(render(docs, before, now - taken, height))
+                    console.print(render(docs, before, now - taken, height, urls))
                     console.file.flush()  # a pipe buffers: a reader (tail -f, less) sees each frame now
                     before, taken = docs, now
                     count += 1
@@ -247,7 +290,7 @@ def register(app: typer.Typer) -> None:
                     time.sleep(interval)
                     docs = [fetch(u) for u in urls]
                     now = time.monotonic()
-                    view.update(render(docs, before, now - taken, console.size.height), refresh=True)
+                    view.update(render(docs, before, now - taken, console.size.height, urls), refresh=True)
                     before, taken = docs, now
                     count += 1
             except KeyboardInterrupt:

@@ -54,13 +54,13 @@ def test_watch_piped_json_is_one_document_a_line(lags: list[int]) -> None:
     assert [orjson.loads(line)["total_lag"] for line in result.stdout.splitlines()] == lags
 
 
-@pytest.mark.parametrize("interval", ["0", "-2"])
+@pytest.mark.parametrize("interval", ["0", "-2", "nan", "inf"])
 def test_an_interval_not_above_zero_is_one_line_and_exit_2(lags: list[int], interval: str) -> None:
     """A negative one raised ValueError from time.sleep, a traceback."""
     result = CliRunner().invoke(_app(), ["lag", "shop", "--watch", "--interval", interval])
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
-        f"error: --interval must be more than 0 seconds, not {interval}"
+        f"error: --interval must be a number of seconds more than 0, not {interval}"
     ]
 
 

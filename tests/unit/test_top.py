@@ -49,6 +49,29 @@ def test_the_rate_is_records_handled_not_records_fetched() -> None:
     assert "500 rec/s" in console.export_text()
 
 
+def test_an_instance_that_stops_answering_or_restarts_adds_no_negative_rate() -> None:
+    """The rate was the sum of the instances that answered now less the sum of those that
+    answered before: one instance gone, or restarted (its counts back to 0), showed
+    -4,980 rec/s and negative retries (a review). Each instance counts its own change; a
+    restarted one counts what it did since; the one that is down is named."""
+    before = [_doc(processed=1_000, consumed=1), _doc(processed=10_000, consumed=1)]
+    console = Console(width=100, record=True)
+    console.print(render([_doc(processed=1_400, consumed=1), None], before, 2.0, urls=["a:1", "b:2"]))
+    text = console.export_text()
+    assert "200 rec/s" in text and "-" not in text.split("rec/s")[0], text
+    assert "1/2 up (down: b:2)" in text
+    console = Console(width=100, record=True)
+    console.print(render([_doc(processed=1_400, consumed=1), _doc(processed=600, consumed=1)], before, 2.0))
+    assert "500 rec/s" in console.export_text()  # 400 + 600 (restarted) over 2 s
+
+
+def test_instances_of_several_groups_are_named_as_such() -> None:
+    one, other = _doc(processed=1, consumed=1), {**_doc(processed=1, consumed=1), "group": "billing"}
+    console = Console(width=100, record=True)
+    console.print(render([one, other], [one, other], 1.0))
+    assert "laneway top  groups billing, g  2/2 up" in console.export_text()
+
+
 def test_no_instance_answering_is_one_line_and_exit_2() -> None:
     from typer.testing import CliRunner
 
@@ -100,12 +123,12 @@ def test_a_port_that_is_not_http_is_one_line_and_exit_2(not_http: str) -> None:
     assert lines == [f"error: no Laneway instance answered at {not_http}"]
 
 
-@pytest.mark.parametrize("interval", ["0", "-1"])
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf"])
 def test_an_interval_not_above_zero_is_one_line_and_exit_2(interval: str) -> None:
     result = _top("127.0.0.1:1", "--interval", interval)
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
-        f"error: --interval must be more than 0 seconds, not {interval}"
+        f"error: --interval must be a number of seconds more than 0, not {interval}"
     ]
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "BrokerError",
     "BrokerInfo",
     "LocalBroker",
+    "data_dir_mismatch",
     "free_port",
     "kind_mismatch",
     "port_taken",
@@ -440,6 +441,18 @@ def port_mismatch(info: BrokerInfo, port: int) -> str | None:
         f"a broker already runs at {info.bootstrap} (pid {info.pid}), not on port {port}; "
         "stop it first (laneway broker stop), or give the second one a cache of its own "
         "(LANEWAY_CACHE=<folder> laneway broker start ...)"
+    )
+
+
+def data_dir_mismatch(info: BrokerInfo, data_dir: Path | None) -> str | None:
+    """Why a ``laneway broker start --data-dir DIR`` cannot take the running broker ``info`` as
+    its own (it keeps its logs elsewhere), or None: no ``--data-dir``, or its own."""
+    if data_dir is None or Path(info.data_dir).resolve() == data_dir.resolve():
+        return None
+    return (
+        f"a broker already runs at {info.bootstrap} (pid {info.pid}) with its data in {info.data_dir}, "
+        f"not {data_dir}; stop it first (laneway broker stop), or give the second one a cache of "
+        "its own (LANEWAY_CACHE=<folder> laneway broker start ...)"
     )
 
 

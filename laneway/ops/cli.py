@@ -71,7 +71,11 @@ def broker_start(
     state = _state_file()
     info = broker_mod.BrokerInfo.load(state)
     if info is not None and info.alive():
-        mismatch = broker_mod.kind_mismatch(info, secure=secure) or broker_mod.port_mismatch(info, port)
+        mismatch = (
+            broker_mod.kind_mismatch(info, secure=secure)
+            or broker_mod.port_mismatch(info, port)
+            or broker_mod.data_dir_mismatch(info, data_dir)
+        )
         if mismatch:
             raise fail(mismatch)
         _print_started(info)

@@ -278,6 +278,7 @@ def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+
     def done() -> bool:
         if counts[1] == 2_000 and not gate.is_set():  # the cold partition ran while the key was stuck
             stop.set()

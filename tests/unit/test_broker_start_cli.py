@@ -101,6 +101,21 @@ def test_a_running_broker_on_another_port_is_refused(state: Path, monkeypatch: p
     assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
 
 
+def test_a_running_broker_with_another_data_dir_is_refused(
+    state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--data-dir`` asks for a broker of that folder: the running one's address was printed,
+    exit 0, and a later ``broker stop`` would stop someone else's broker (a review)."""
+    own = tmp_path / "theirs"
+    broker_mod.BrokerInfo(pid=1, bootstrap="127.0.0.1:9", data_dir=str(own)).save(state)
+    monkeypatch.setattr(broker_mod.BrokerInfo, "alive", lambda self: True)
+    code, lines = _start(["--data-dir", str(tmp_path / "mine")])
+    assert code == 2 and len(lines) == 1, lines
+    assert f"with its data in {own}, not {tmp_path / 'mine'}" in lines[0] and "LANEWAY_CACHE" in lines[0]
+    code, lines = _start(["--data-dir", str(own)])  # its own folder: the running one is it
+    assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
+
+
 def _left(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
 

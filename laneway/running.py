@@ -67,6 +67,7 @@ def launch(app: App, server: HealthServer | None) -> None:
         on_fatal=app._on_fatal,
     )
     app.status.delays = {t: h.delay.seconds for t, h in app.handlers.items() if h.delay is not None}
+    app.status.topics = sorted(app.handlers)
     joins = JoinWatch.of(s, app.metrics, app._life.stopping)  # logs a wait for the group
     app.status.start(joins)
     topics = sorted(app.handlers)

@@ -111,6 +111,8 @@ class StatusBoard:
         self._caps = caps
         self.stall = stall
         self.delays = dict(delays or {})
+        #: the handlers' topics: each has its entry in ``handlers`` before it counts anything
+        self.topics: list[str] = []
         self.hot_keys = hot_keys or HotKeys()
         self._clock = clock
         self._watch: threading.Thread | None = None
@@ -189,7 +191,12 @@ class StatusBoard:
         letters, stuck = _samples(m.dead_letters), _samples(m.stuck_total)
         totals, ages = m.processing_totals(), m.event_time_totals()
         topics = sorted(
-            {t for t, *_ in failures} | {t for t, *_ in letters} | set(totals) | {t for (t,) in retries}
+            {t for t, *_ in failures}
+            | {t for t, *_ in letters}
+            | set(totals)
+            | {t for (t,) in retries}
+            | {t for (t,) in stuck}
+            | set(self.topics)
         )
         out = []
         for topic in topics:

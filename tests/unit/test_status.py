@@ -259,3 +259,21 @@ def test_the_stall_line_gives_the_age_the_status_document_gives() -> None:
     assert stalled_text(part) == "partition t[0] stalled: offset 3 key 'stuck' unfinished for 5.6s"
     keyless = {**part, "oldest_key": None, "oldest_age_s": 75.04}
     assert stalled_text(keyless).endswith("offset 3 unfinished for 75.0s")
+
+
+def test_a_handler_that_only_got_stuck_or_did_nothing_yet_has_its_entry() -> None:
+    """A plain handler hanging past its timeout on its first record counted
+    laneway_stuck_handlers_total 1, yet ``handlers`` was empty: it listed only topics with a
+    success, a failure, a retry or a dead letter (a review)."""
+    metrics = PrometheusMetrics()
+    board = StatusBoard(
+        name="app", group="g", metrics=metrics, processor=lambda: None, paused=dict, caps=(10, 10), stall=60
+    )
+    board.topics = ["idle", "hangs"]
+    metrics.stuck("hangs")
+    entries = {h["topic"]: h for h in board.handlers()}
+    assert sorted(entries) == ["hangs", "idle"]
+    assert entries["hangs"]["stuck"] == 1 and entries["hangs"]["processed"] == 0
+    assert entries["idle"]["stuck"] == 0 and entries["idle"]["failures"] == {}
+    board.topics = []
+    assert [h["topic"] for h in board.handlers()] == ["hangs"]  # its count alone brings it

@@ -258,23 +258,33 @@ def test_replay_into_a_new_group_keeps_what_the_group_finished_beyond_the_kept_o
     assert commits(kafka_admin, fresh) == {0: (2, None), 1: (3, p1)}
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (3, p1)}
 
+    seen, skipped = _run_to_the_end(kafka_bootstrap, kafka_admin, consumed, fresh)
+    assert seen == Counter([(0, o) for o in range(2, 10)] + [(1, o) for o in (3, 6, 7, 9)])
+    assert skipped == 3
+
+
+def _run_to_the_end(
+    bootstrap: str, admin: AdminClient, topic: str, group: str
+) -> tuple[Counter[tuple[int, int]], int]:
+    """Run an app of ``group`` on ``topic`` until its commits reach the end (10 on each of its 2
+    partitions): what it processed, per (partition, offset), and what it skipped."""
     seen: Counter[tuple[int, int]] = Counter()
     lock = threading.Lock()
     app = App(
         "replayed",
-        bootstrap_servers=kafka_bootstrap,
-        group_id=fresh,
+        bootstrap_servers=bootstrap,
+        group_id=group,
         timeouts=Timeouts(commit_interval=0.2, shutdown=2, revoke=1),
     )
 
-    @app.handler(consumed, on_failure="halt")
+    @app.handler(topic, on_failure="halt")
     def count(ev: Event) -> None:
         with lock:
             seen[(ev.partition, ev.offset)] += 1
 
-    assert app.run_until(lambda: committed(kafka_admin, fresh) == {0: 10, 1: 10}, timeout=60)
-    assert seen == Counter([(0, o) for o in range(2, 10)] + [(1, o) for o in (3, 6, 7, 9)])
-    assert app.processor is not None and app.processor.skipped() == 3
+    assert app.run_until(lambda: committed(admin, group) == {0: 10, 1: 10}, timeout=60)
+    assert app.processor is not None
+    return seen, app.processor.skipped()
 
 
 def test_replay_new_group_refuses_a_group_that_exists(
@@ -427,19 +437,5 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
     ) in " ".join(moved.output.split())
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (5, None)}
 
-    seen: Counter[tuple[int, int]] = Counter()
-    lock = threading.Lock()
-    app = App(
-        "kept-in-place",
-        bootstrap_servers=kafka_bootstrap,
-        group_id=group_id,
-        timeouts=Timeouts(commit_interval=0.2, shutdown=2, revoke=1),
-    )
-
-    @app.handler(consumed, on_failure="halt")
-    def count(ev: Event) -> None:
-        with lock:
-            seen[(ev.partition, ev.offset)] += 1
-
-    assert app.run_until(lambda: committed(kafka_admin, group_id) == {0: 10, 1: 10}, timeout=60)
+    seen, _ = _run_to_the_end(kafka_bootstrap, kafka_admin, consumed, group_id)
     assert seen == Counter([(0, o) for o in (4, 5, 8, 9)] + [(1, o) for o in range(5, 10)])

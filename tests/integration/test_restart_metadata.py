@@ -24,9 +24,15 @@ STUCK = frozenset(range(0, N, 200))  # the stuck key's offsets: 10 of them, the 
 
 
 def _produce(bootstrap: str, topic: str) -> None:
+    _produce_keys(bootstrap, topic, N, STUCK)
+
+
+def _produce_keys(bootstrap: str, topic: str, n: int, stuck: frozenset[int]) -> None:
+    """``n`` records, the value each one's offset: key ``stuck`` at the ``stuck`` offsets, else
+    one of 50 others."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10})
-    for i in range(N):
-        p.produce(topic, key=b"stuck" if i in STUCK else f"k{i % 50}".encode(), value=str(i).encode())
+    for i in range(n):
+        p.produce(topic, key=b"stuck" if i in stuck else f"k{i % 50}".encode(), value=str(i).encode())
     assert p.flush(30) == 0
 
 
@@ -140,10 +146,7 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
 
     n, stuck = 40_000, frozenset(range(0, 40_000, 10))
     topic = make_topic(partitions=1)
-    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 10})
-    for i in range(n):
-        p.produce(topic, key=b"stuck" if i in stuck else f"k{i % 50}".encode(), value=str(i).encode())
-    assert p.flush(30) == 0
+    _produce_keys(kafka_bootstrap, topic, n, stuck)
     gate = threading.Event()
     first: set[int] = set()
     app = _app(kafka_bootstrap, group_id, False)
@@ -211,10 +214,7 @@ def test_between_commits_a_partition_stops_fetching_before_its_metadata_passes_t
 
     n, stuck = 40_000, frozenset(range(0, 40_000, 10))
     topic = make_topic(partitions=1)
-    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 10})
-    for i in range(n):
-        p.produce(topic, key=b"stuck" if i in stuck else f"k{i % 50}".encode(), value=str(i).encode())
-    assert p.flush(30) == 0
+    _produce_keys(kafka_bootstrap, topic, n, stuck)
     gate = threading.Event()
     done: Counter[int] = Counter()
     app = App(

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from laneway import App, Event, ExactlyOnce, Timeouts
+from laneway import App, Backpressure, Event, ExactlyOnce, Timeouts
 from laneway.kafka.groups import group_lag
 from tests.conftest import TopicFactory
 from tests.integration.helpers import committed, end_offsets
@@ -36,12 +36,13 @@ def _produce_keys(bootstrap: str, topic: str, n: int, stuck: frozenset[int]) -> 
     assert p.flush(30) == 0
 
 
-def _app(bootstrap: str, group: str, eos: bool) -> App:
+def _app(bootstrap: str, group: str, eos: bool, max_events: int = 10_000) -> App:
     return App(
         "restart-metadata",
         bootstrap_servers=bootstrap,
         group_id=group,
         concurrency=8,
+        backpressure=Backpressure(max_events=max_events),
         timeouts=Timeouts(commit_interval=0.2, shutdown=0.5, revoke=0.5),
         exactly_once=ExactlyOnce() if eos else None,
     )
@@ -137,8 +138,8 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
     (the broker refuses a text of exactly 4,096: a review saw every such commit refused, and the
     last one it took named 700 fewer); a restart redoes exactly what the commit did not name.
     Near the limit the partition stops fetching, after every fetch; the others' records take 1 ms
-    each, so the event cap is full of them when it pauses, and they pass the limit as they
-    finish. How many finish depends on the fetch: the test stops once the commit was cut and
+    each, so the event cap (20,000 here) is full of them when it pauses, and they pass the
+    limit as they finish. How many finish depends on the fetch: the test stops once the commit was cut and
     the count stands still."""
     import time
 
@@ -149,7 +150,8 @@ def test_past_the_metadata_limit_the_broker_takes_the_longest_prefix_and_a_resta
     _produce_keys(kafka_bootstrap, topic, n, stuck)
     gate = threading.Event()
     first: set[int] = set()
-    app = _app(kafka_bootstrap, group_id, False)
+    # at the pause the cap holds up to 20,000 others' records: as they finish, they pass the limit
+    app = _app(kafka_bootstrap, group_id, False, max_events=20_000)
 
     @app.handler(topic, on_failure="halt")
     async def stuck_first(ev: Event) -> None:
@@ -209,7 +211,6 @@ def test_between_commits_a_partition_stops_fetching_before_its_metadata_passes_t
     records finished before the stuck key is let go, and then every record once."""
     import time
 
-    from laneway import Backpressure
     from laneway.engine import gaps
 
     n, stuck = 40_000, frozenset(range(0, 40_000, 10))

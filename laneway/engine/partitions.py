@@ -35,8 +35,9 @@ NEAR_LIMIT = 0.75
 #: an encoding's characters beside one per 6 offsets of its span at most: ``gaps.encode``
 #: keeps the runs up to 8 characters past that, and ``lw1`` comes first
 _BITMAP = 12
-#: a partition whose offsets are not consecutive is encoded between commits at most this often (s)
-ENCODE_EVERY = 0.025
+#: a partition whose offsets are not consecutive, with a skip set or with outputs waiting, is
+#: encoded between commits at most this often (s)
+ENCODE_EVERY = 0.1
 
 
 @dataclass(eq=False)
@@ -244,10 +245,10 @@ class Ledger:
         out: list[PartitionState] = []
         for state in list(self.states.values()):
             tracker = state.tracker
-            if not tracker.finished_count or state.owner is not owner or state.revoked:
+            if not (tracker.finished_count or state.skip) or state.owner is not owner or state.revoked:
                 continue
             pos = tracker.lowest()
-            if pos is not None and _BITMAP + (tracker.highest - pos) // 6 > near:
+            if pos is not None and (state.skip or _BITMAP + (tracker.highest - pos) // 6 > near):
                 out.append(state)
         return out
 
@@ -261,17 +262,19 @@ class Ledger:
         for state in states:
             tracker = state.tracker
             pos = tracker.position()
-            if state.revoked or pos is None or not tracker.finished_count:
+            if state.revoked or pos is None or not (tracker.finished_count or state.skip):
                 continue
-            runs = tracker.finished_runs()
+            # a skip set's offsets add runs, and outputs waiting cut the commit: encoded, then
+            runs = None if state.skip or state.outputs else tracker.finished_runs()
             if runs is not None and 4 + runs * (2 * len(f"{tracker.highest - pos:x}") + 2) <= near:
                 continue
-            if runs is None:  # offsets not consecutive: the encoding is the only measure, so
-                now = time.monotonic()  # a fast partition is encoded once per ENCODE_EVERY
+            if runs is None:  # the encoding is the only measure: a fast partition is encoded
+                now = time.monotonic()  # once per ENCODE_EVERY
                 if now < state.encoded_at + ENCODE_EVERY:
                     continue
                 state.encoded_at = now
-            if len(gaps.encode(pos, tracker.finished_beyond())) > near:
+            beyond, _ = _named(state, pos)  # what a commit would name: its cut at outputs too
+            if beyond and len(gaps.encode(pos, beyond)) > near:
                 state.near_limit = True
                 out.add(state.tp)
         return out
@@ -299,12 +302,7 @@ class Ledger:
                 return None
             state.committed = mark
             return pos, None
-        beyond = tracker.finished_beyond()
-        if state.skip:
-            beyond.extend(o for o in state.skip if o > tracker.highest and o > pos)
-        cutoff = min((o for o, _ in state.outputs if o > pos), default=-1)
-        if cutoff >= 0:
-            beyond = [o for o in beyond if o < cutoff]
+        beyond, cutoff = _named(state, pos)
         mark = (pos, len(beyond), cutoff)
         if changed_only and mark == state.committed:
             return None
@@ -408,3 +406,17 @@ class Ledger:
                 state.output_bytes = 0
                 state.outputs = []
         return freed
+
+
+def _named(state: PartitionState, pos: int) -> tuple[list[int], int]:
+    """The offsets a commit at ``pos`` names in its metadata, and its cut (-1 for none): the
+    finished ones beyond it, those still to come that the previous owner had finished
+    (:attr:`PartitionState.skip`), up to the lowest finished one whose outputs wait."""
+    tracker = state.tracker
+    beyond = tracker.finished_beyond()
+    if state.skip:
+        beyond.extend(o for o in state.skip if o > tracker.highest and o > pos)
+    cutoff = min((o for o, _ in state.outputs if o > pos), default=-1)
+    if cutoff >= 0:
+        beyond = [o for o in beyond if o < cutoff]
+    return beyond, cutoff

@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from laneway.engine.flow import (
+    MIN_SHARE,
     batch_wanted,
     intake,
     key_cap,
@@ -159,9 +160,11 @@ class KafkaSource(RebalanceCallbacks, PeriodicCommits, GroupLeave):
         self._room_min = backpressure.max_events
         self._share = backpressure.max_events
         self._key_low = int(key_cap(backpressure) * backpressure.resume_at)
-        # a fetch takes at most a key's cap: a key past it pauses its partition by at most that
-        # much (a review: a key capped at 100 held 713, then all 1,000 of the event cap)
-        self._fetch_max = key_cap(backpressure) if processor is not None and processor.key_ordered else None
+        # a fetch takes at most a key's cap (at least MIN_SHARE records): a key past it pauses its
+        # partition by at most that much (a review: a key capped at 100 held 713, then 1,000)
+        self._fetch_max = (
+            max(MIN_SHARE, key_cap(backpressure)) if processor is not None and processor.key_ordered else None
+        )
         self._stop = threading.Event()
         self._draining = threading.Event()
         self.heartbeat = time.monotonic()

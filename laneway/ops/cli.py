@@ -84,7 +84,7 @@ def broker_start(
     root = state.parent
     new_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    data = data_dir or Path(tempfile.mkdtemp(prefix="data-", dir=root))
+    data = data_dir.resolve() if data_dir is not None else Path(tempfile.mkdtemp(prefix="data-", dir=root))
     undo_data = _Created(data) if data_dir is not None else _Created(data, made=data)
     b = broker_mod.LocalBroker(data, port=port or None, secure=secure)
     try:

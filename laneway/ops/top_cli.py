@@ -90,9 +90,12 @@ def _age(seconds: float | None) -> str:
 
 
 def _since(now: Doc, then: Doc | None) -> dict[str, Any]:
-    """One instance's counts between two reads (its whole counts without an earlier read). A
-    count that went down is a restart's: its counts since then are the new ones."""
-    a, b = _totals([now]), _totals([then] if then is not None else [])
+    """One instance's counts between two reads: none without an earlier read (its whole
+    lifetime's counts are no rate). A count that went down is a restart's: its counts since
+    then are the new ones."""
+    if then is None:
+        return {"processed": 0, "retries": 0, "letters": 0, "buckets": {}}
+    a, b = _totals([now]), _totals([then])
     if a["processed"] < b["processed"] or a["retries"] < b["retries"] or a["letters"] < b["letters"]:
         b = _totals([])
     return {
@@ -112,8 +115,8 @@ def render(
 ) -> Group:
     """One frame of the view from the instances' documents (``before``: the previous read, in
     the same order; ``urls``: their addresses, to name those that do not answer). Rates add up
-    each instance's counts between the reads: one that stopped answering, or restarted, counts
-    nothing it had counted before."""
+    each instance's counts between the reads: one that stopped answering, or missed the last
+    read, counts nothing; one that restarted counts what it did since."""
     live = [d for d in docs if d is not None]
     groups = sorted({str(d["group"]) for d in live})
     group = ", ".join(groups) if groups else "?"

@@ -243,7 +243,8 @@ def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
     key: a key capped at 100 events held 713, then all 1,000 of the event cap, and every other
     partition paused for memory (a review). A fetch now takes at most a key's cap, so the key
     holds at most twice its cap, and the other partition's records all run while it is stuck.
-    Counted: the events held, sampled every 10 ms, and the others' records."""
+    Counted: the events held, sampled every 10 ms (the hot key's, and the cold records in flight
+    beside them: at most a fetch of 100), and the others' records."""
     topic = make_topic(partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
     for i in range(2_000):
@@ -268,7 +269,7 @@ def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
         with lock:
             counts[ev.partition] += 1
 
-    most = [0]  # events held: the hot key's (the cold ones run at once)
+    most = [0]  # events held: the hot key's, and the cold ones in flight meanwhile
     stop = threading.Event()
 
     def sample() -> None:
@@ -279,8 +280,13 @@ def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
 
+    began = time.monotonic()
+
     def done() -> bool:
-        if counts[1] == 2_000 and not gate.is_set():  # the cold partition ran while the key was stuck
+        # the cold partition ran while the key was stuck, and the key took in its cap (or 5 s passed)
+        held = most[0] >= 100 or time.monotonic() - began > 5
+        if counts[1] == 2_000 and held and not gate.is_set():
+            time.sleep(0.2)  # a last fetch past the cap, if one comes, is sampled
             stop.set()
             gate.set()
         return counts == [2_000, 2_000]
@@ -291,4 +297,5 @@ def test_a_hot_key_holds_at_most_its_cap_and_one_fetch_and_the_others_flow(
         gate.set()
         stop.set()
         sampler.join()
-    assert 100 <= most[0] <= 200, most[0]  # at its cap, or past it by one fetch at most
+    # at its cap, or past it by one fetch at most, and a fetch of cold records (the code before: 1,000)
+    assert 100 <= most[0] <= 300, most[0]

@@ -116,6 +116,27 @@ def test_a_running_broker_with_another_data_dir_is_refused(
     assert code == 0 and lines == ["127.0.0.1:9", "already running (pid 1)"], lines
 
 
+def test_a_relative_data_dir_is_recorded_whole(
+    state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The start recorded ``--data-dir b`` as typed, so a start with ``--data-dir b`` from another
+    folder was taken for it (a review): the folder is resolved first."""
+    made: list[Path] = []
+
+    class Started(Exception):
+        pass
+
+    def fake_broker(data: Path, **_: object) -> object:
+        made.append(data)
+        raise Started
+
+    monkeypatch.setattr(broker_mod, "LocalBroker", fake_broker)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["broker", "start", "--data-dir", "b"])
+    assert isinstance(result.exception, Started)
+    assert made == [tmp_path.resolve() / "b"]
+
+
 def _left(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
 

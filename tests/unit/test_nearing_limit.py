@@ -75,3 +75,22 @@ def test_only_the_owner_s_live_partitions_with_metadata_are_looked_at() -> None:
     assert ledger.maybe_near(mine, 0) == []  # metadata off
     state.revoked = True
     assert ledger.maybe_near(mine, 4096) == []
+
+
+def test_a_partition_whose_outputs_wait_is_measured_as_its_commit_names_it() -> None:
+    """The commit's metadata stops at the first finished record whose outputs wait; measuring
+    every finished offset paused an emitting handler's partition for metadata it never commits
+    (a review)."""
+    n = 20_000
+    ledger, state = _ledger(list(range(n)), {o for o in range(n) if o % 10})
+    state.outputs = [(1, [])]  # offset 1's outputs wait for the position: the commit names nothing
+    assert ledger.nearing_limit(ledger.maybe_near(None, 4096), 4096) == set()
+    assert not state.near_limit
+
+
+def test_a_previous_owner_s_offsets_still_to_come_count_as_the_commit_counts_them() -> None:
+    ledger, state = _ledger([0, 1], {1})
+    state.skip = set(range(2, 40_000, 2))  # finished before a restart, not fetched yet: holes
+    maybe = ledger.maybe_near(None, 4096)
+    assert maybe == [state]
+    assert ledger.nearing_limit(maybe, 4096) == {("t", 0)}

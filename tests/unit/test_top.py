@@ -63,6 +63,12 @@ def test_an_instance_that_stops_answering_or_restarts_adds_no_negative_rate() ->
     console = Console(width=100, record=True)
     console.print(render([_doc(processed=1_400, consumed=1), _doc(processed=600, consumed=1)], before, 2.0))
     assert "500 rec/s" in console.export_text()  # 400 + 600 (restarted) over 2 s
+    # one that missed the last read counts nothing: its lifetime's counts are no rate (a review)
+    console = Console(width=100, record=True)
+    console.print(
+        render([_doc(processed=1_400, consumed=1), _doc(processed=10**7, consumed=1)], [before[0], None], 2.0)
+    )
+    assert "200 rec/s" in console.export_text()
 
 
 def test_instances_of_several_groups_are_named_as_such() -> None:

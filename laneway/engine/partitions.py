@@ -35,8 +35,8 @@ NEAR_LIMIT = 0.75
 #: an encoding's characters beside one per 6 offsets of its span at most: ``gaps.encode``
 #: keeps the runs up to 8 characters past that, and ``lw1`` comes first
 _BITMAP = 12
-#: a partition whose offsets are not consecutive, with a skip set or with outputs waiting, is
-#: encoded between commits at most this often (s)
+#: a partition whose offsets are not consecutive, or with outputs waiting, is encoded between
+#: commits at most this often (s)
 ENCODE_EVERY = 0.1
 
 
@@ -245,10 +245,10 @@ class Ledger:
         out: list[PartitionState] = []
         for state in list(self.states.values()):
             tracker = state.tracker
-            if not (tracker.finished_count or state.skip) or state.owner is not owner or state.revoked:
+            if not tracker.finished_count or state.owner is not owner or state.revoked:
                 continue
             pos = tracker.lowest()
-            if pos is not None and (state.skip or _BITMAP + (tracker.highest - pos) // 6 > near):
+            if pos is not None and _BITMAP + (tracker.highest - pos) // 6 > near:
                 out.append(state)
         return out
 
@@ -262,10 +262,9 @@ class Ledger:
         for state in states:
             tracker = state.tracker
             pos = tracker.position()
-            if state.revoked or pos is None or not (tracker.finished_count or state.skip):
+            if state.revoked or pos is None or not tracker.finished_count:
                 continue
-            # a skip set's offsets add runs, and outputs waiting cut the commit: encoded, then
-            runs = None if state.skip or state.outputs else tracker.finished_runs()
+            runs = None if state.outputs else tracker.finished_runs()  # outputs waiting cut the commit
             if runs is not None and 4 + runs * (2 * len(f"{tracker.highest - pos:x}") + 2) <= near:
                 continue
             if runs is None:  # the encoding is the only measure: a fast partition is encoded
@@ -273,7 +272,9 @@ class Ledger:
                 if now < state.encoded_at + ENCODE_EVERY:
                     continue
                 state.encoded_at = now
-            beyond, _ = _named(state, pos)  # what a commit would name: its cut at outputs too
+            # what a commit would name, but a previous owner's offsets still to come: those are
+            # fetched only if the partition is (the commit's own look counts them)
+            beyond, _ = _named(state, pos, skip=False)
             if beyond and len(gaps.encode(pos, beyond)) > near:
                 state.near_limit = True
                 out.add(state.tp)
@@ -408,13 +409,14 @@ class Ledger:
         return freed
 
 
-def _named(state: PartitionState, pos: int) -> tuple[list[int], int]:
+def _named(state: PartitionState, pos: int, skip: bool = True) -> tuple[list[int], int]:
     """The offsets a commit at ``pos`` names in its metadata, and its cut (-1 for none): the
     finished ones beyond it, those still to come that the previous owner had finished
-    (:attr:`PartitionState.skip`), up to the lowest finished one whose outputs wait."""
+    (:attr:`PartitionState.skip`; not with ``skip`` False), up to the lowest finished one whose
+    outputs wait."""
     tracker = state.tracker
     beyond = tracker.finished_beyond()
-    if state.skip:
+    if skip and state.skip:
         beyond.extend(o for o in state.skip if o > tracker.highest and o > pos)
     cutoff = min((o for o, _ in state.outputs if o > pos), default=-1)
     if cutoff >= 0:

@@ -304,9 +304,31 @@ class AppSettings(BaseModel):
             return cls.model_validate(fields, context=context)
         except ValidationError as exc:
             first = exc.errors()[0]
-            reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own
             field = (first.get("ctx") or {}).get("field") or ".".join(str(p) for p in first["loc"])
-            raise ConfigError(field, reason) from None
+            raise ConfigError(field, _reason(first)) from None
+
+
+#: pydantic's bounds, in the words of Laneway's own checks ("must be 1 or more, got 0")
+_BOUNDS: Final = {
+    "greater_than_equal": ("ge", "must be {} or more"),
+    "greater_than": ("gt", "must be more than {}"),
+    "less_than_equal": ("le", "must be {} or less"),
+    "less_than": ("lt", "must be less than {}"),
+    "string_too_short": ("min_length", "must have at least {} character(s)"),
+    "string_pattern_mismatch": ("pattern", "must match {}"),
+    "literal_error": ("expected", "must be {}"),
+}
+
+
+def _reason(error: Any) -> str:
+    """A refused field's reason, with the value given."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
+    if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
+        key, words = _BOUNDS[kind]
+        return f"{words.format(ctx[key])}, got {error['input']!r}"
+    return str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's own
 
 
 def with_metrics_server(

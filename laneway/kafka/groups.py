@@ -1,6 +1,6 @@
 """Consumer groups: a group's state and committed offsets, and its lag per partition with the
 age of the oldest unconsumed record and the records finished beyond the committed offset
-(``laneway lag``).
+(``laneway lag``), and the groups a cluster has with their lag in all (``laneway groups``).
 
     lag = group_lag(admin, bootstrap, "orders-service")
     print(lag.total, [(p.partition, p.lag, p.oldest_age, p.finished_beyond) for p in lag.partitions])
@@ -38,9 +38,11 @@ __all__ = [
     "COORDINATOR_BUSY",
     "GroupLag",
     "GroupState",
+    "GroupSummary",
     "PartitionLag",
     "group_lag",
     "group_state",
+    "list_groups",
     "require_group",
 ]
 
@@ -282,3 +284,49 @@ def _timestamps_at(
     finally:
         consumer.close()
     return found
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    state: str
+    members: int
+    #: the topics it has committed offsets on or is assigned
+    topics: tuple[str, ...]
+    #: the records not yet committed over every partition of those topics, counted as
+    #: :func:`group_lag` counts them
+    lag: int
+    #: the records its commit metadata names as finished beyond the committed offsets
+    finished_beyond: int
+
+
+def list_groups(admin: AdminClient) -> list[GroupSummary]:
+    """Every consumer group the cluster lists (those the ACLs let the user describe), by name,
+    with its state, members, topics and lag in all (one offsets request for all the groups)."""
+    try:
+        listed = future_result(
+            admin.list_consumer_groups(),
+            "listing consumer groups",
+            doing=Ask("list the groups of", "cluster", "kafka-cluster", "Describe"),
+        )
+        states = [group_state(admin, g) for g in sorted({x.group_id for x in listed.valid})]
+        known = {tp for gs in states for tp in (*gs.committed, *gs.assigned)}
+        everything = known | _other_partitions(admin, {t for t, _ in known})
+        marks = watermarks(admin, sorted(everything))
+    except TimeoutError as exc:  # the futures' concurrent.futures.TimeoutError: no answer
+        raise BrokerUnreachableError("no Kafka broker answered (listing consumer groups)") from exc
+    out = []
+    for gs in states:
+        if gs.state == "dead" and not gs.committed:  # gone since it was listed
+            continue
+        topics = {t for t, _ in (*gs.committed, *gs.assigned)}
+        lag = 0
+        for tp in sorted(tp for tp in marks if tp[0] in topics):
+            low, high = marks[tp]
+            lag += max(0, high - gs.committed.get(tp, low))
+        out.append(
+            GroupSummary(
+                gs.group, gs.state, gs.members, tuple(sorted(topics)), lag, sum(gs.finished_beyond.values())
+            )
+        )
+    return out

@@ -331,7 +331,11 @@ def redrive(
     recorded: dict[Origin, LedgerEntry] = {}  # origins a ledgered letter has
     origins: dict[str, Origin] = {}  # every letter's, for the ledger read after the fence
 
+    seen = 0
+
     def note(letter: DeadLetter) -> None:  # every letter, the ones the filters leave out too
+        nonlocal seen
+        seen += 1
         if letter.origin is None:
             return
         origins[letter.ledger_key] = letter.origin
@@ -349,6 +353,7 @@ def redrive(
     )
     if stopped():
         return cut
+    read, matched = seen, len(letters)
     chosen, skipped, repeats = choose(letters, ledger, recorded, force=force, limit=limit)
     partitions, limits = _targets(admin, chosen, to)
     # before anything is sent: a letter whose original cannot be read stops the redrive
@@ -356,14 +361,25 @@ def redrive(
     chosen = [originals.get(x.ledger_key, x) for x in chosen]
     if chosen and stopped():  # a dry run too: it lists nothing, the chosen letters are left
         return RedriveReport(
-            redrive_id, dlq_topic, dry_run, (), skipped, repeats, interrupted=True, left=len(chosen)
+            redrive_id,
+            dlq_topic,
+            dry_run,
+            (),
+            skipped,
+            repeats,
+            interrupted=True,
+            left=len(chosen),
+            read=read,
+            matched=matched,
         )
     if dry_run or not chosen:
         planned = []
         for x in chosen:
             target = to or x.original_topic or ""
             planned.append(Moved(x.partition, x.offset, target, planned_partition(x, target, partitions)))
-        return RedriveReport(redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats)
+        return RedriveReport(
+            redrive_id, dlq_topic, dry_run, tuple(planned), skipped, repeats, read=read, matched=matched
+        )
     _ensure_ledger(admin, dlq_topic)
     moved: list[Moved] = []
     # the broker refuses a batch of records over the topic's limit whole, however small each
@@ -410,6 +426,16 @@ def redrive(
         )
     left = len(chosen) - len(moved)
     logger.info("redrive %s moved %d record(s) from %s", redrive_id, len(moved), dlq_topic)
+    cut_short = left > 0
     return RedriveReport(
-        redrive_id, dlq_topic, False, tuple(moved), skipped, repeats, interrupted=left > 0, left=left
+        redrive_id,
+        dlq_topic,
+        False,
+        tuple(moved),
+        skipped,
+        repeats,
+        interrupted=cut_short,
+        left=left,
+        read=read,
+        matched=matched,
     )

@@ -49,6 +49,10 @@ class RedriveReport:
     #: the letters it chose and did not move (interrupted); None when it stopped before it chose
     #: them (while it read the ledger or the dead-letter topic)
     left: int | None = 0
+    #: the letters read from the dead-letter topic, and of them those its filters matched
+    #: (None when the redrive stopped before it had read them)
+    read: int | None = None
+    matched: int | None = None
 
 
 #: called with each topic a redrive reads before it moves anything (its ledger, the dead-letter

@@ -282,7 +282,7 @@ def _outcome(report: rd.RedriveReport, limit: int | None) -> str:
     if report.dry_run:
         return "the dry run was whole; nothing changed"
     if not report.moved:
-        return "there was nothing to move; nothing changed"
+        return f"{_nothing(report)}; nothing changed"
     done = len(report.moved)
     more = " (up to its --limit; more letters may be left)" if limit is not None and done >= limit else ""
     return (
@@ -326,6 +326,17 @@ def _interrupted(report: rd.RedriveReport, limit: int | None, *, force: bool = F
     )
 
 
+def _nothing(report: rd.RedriveReport) -> str:
+    """Why a redrive moved nothing: an empty topic, filters that matched no letter, or letters
+    that were all redriven before (the skipped line says so)."""
+    if report.read == 0:
+        return f"{report.dlq_topic} holds no dead letters: nothing to move"
+    if report.matched == 0:
+        topic = report.dlq_topic
+        return f"none of the {report.read} letter(s) in {topic} matches the filters: nothing to move"
+    return "nothing to move"
+
+
 #: the most moved records a redrive's table lists (``--json`` lists every one)
 REPORT_ROWS = 100
 
@@ -349,6 +360,8 @@ def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
                 ],
                 "interrupted": report.interrupted,
                 "left": report.left,
+                "read": report.read,
+                "matched": report.matched,
             }
         )
         return
@@ -383,4 +396,4 @@ def _print_redrive(report: rd.RedriveReport, *, json: bool) -> None:
     elif report.moved:
         console.print(f"redrive id {report.redrive_id}, recorded in {dr.ledger_topic(topic)}")
     elif not report.interrupted:
-        console.print("nothing to move")
+        console.print(_nothing(report))

@@ -1,4 +1,5 @@
-"""``laneway lag`` and ``laneway replay``: a consumer group's lag, and resets of its offsets.
+"""``laneway groups``, ``laneway lag`` and ``laneway replay``: the consumer groups, a group's
+lag, and resets of its offsets.
 
 The logic lives in :mod:`laneway.kafka.groups` and :mod:`laneway.kafka.replay`;
 :mod:`laneway.ops.kafka_cli` adds these commands to the root app.
@@ -17,7 +18,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from laneway.kafka.groups import GroupLag, group_lag, group_state
+from laneway.kafka.groups import GroupLag, group_lag, group_state, list_groups
 from laneway.kafka.replay import (
     ResetPlan,
     ResetTarget,
@@ -30,7 +31,36 @@ from laneway.ops.bootstrap import Bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 from laneway.ops.parsing import parse_partition_offsets, parse_time
 
-__all__ = ["lag", "replay"]
+__all__ = ["groups", "lag", "replay"]
+
+
+# -- groups ----------------------------------------------------------------------------
+
+
+@with_client_config
+@common.tool_errors
+def groups(bootstrap: Bootstrap = None, json: Json = False) -> None:
+    """The consumer groups of the cluster: state, members, the topics each has committed
+    offsets on, its lag in all, and the records finished beyond its committed offsets.
+
+    Example: laneway groups (then: laneway lag GROUP for one group's partitions)
+    """
+    _, admin = common.connect(bootstrap)
+    found = list_groups(admin)
+    if json:
+        common.echo_json([{**vars(g), "topics": list(g.topics)} for g in found])
+        return
+    if not found:
+        typer.echo("no consumer groups")
+        return
+    table = Table(
+        "group", "state", "members", "topics", "lag", "finished beyond", title=f"{len(found)} group(s)"
+    )
+    for g in found:
+        table.add_row(
+            g.group, g.state, str(g.members), ", ".join(g.topics) or "-", str(g.lag), str(g.finished_beyond)
+        )
+    common.console().print(table)
 
 
 # -- lag -------------------------------------------------------------------------------
@@ -188,6 +218,20 @@ def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
     }
 
 
+def _reset_line(after: ResetPlan, group: str) -> str:
+    """The line after a reset: how many partitions moved, how many stayed at their offset (their
+    commit metadata kept), and for a new group how many it took from ``group`` as they are."""
+    kept = sum(r.kept for r in after.rows)
+    named = [r for r in after.rows if not r.kept]
+    moved = sum(r.before != r.after for r in named)
+    line = f"moved {moved} partition(s) of {after.target_group}"
+    if stayed := len(named) - moved:
+        line += f"; {stayed} already at the offset asked for, left as they were with their commit metadata"
+    if kept:
+        line += f"; gave it {group}'s offsets of {kept} more, as they are"
+    return line
+
+
 def _rerun_line(plan: ResetPlan) -> str | None:
     """One line counting the records the group had finished beyond its offsets that the reset
     makes run again (its commit metadata named them), or None when there are none."""
@@ -302,8 +346,6 @@ def replay(
         common.echo_json(_plan_json(after, applied=True))
         return
     common.console().print(_plan_table(after, f"after: {where}", labels=("before", "after")))
-    kept = sum(r.kept for r in after.rows)
-    also = f", and gave it {group}'s offsets of {kept} more, as they are" if kept else ""
-    typer.echo(f"reset {len(after.rows) - kept} partition(s) of {plan.target_group}{also}")
+    typer.echo(_reset_line(after, group))
     if line := _rerun_line(after):
         typer.echo(line)

@@ -25,7 +25,7 @@ from laneway.ops import cli_common as common
 from laneway.ops.bootstrap import Bootstrap, resolve_bootstrap, with_client_config
 from laneway.ops.cli_common import Json
 from laneway.ops.dlq_cli import dlq_app
-from laneway.ops.groups_cli import lag, replay
+from laneway.ops.groups_cli import groups, lag, replay
 from laneway.ops.parsing import parse_duration, parse_size
 
 __all__ = ["register"]
@@ -241,6 +241,7 @@ def _as_dict(obj: Any) -> Any:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root ``laneway`` app."""
     app.add_typer(topics_app, name="topics")
+    app.command("groups")(groups)
     app.command("lag")(lag)
     app.command("replay")(replay)
     app.add_typer(dlq_app, name="dlq")

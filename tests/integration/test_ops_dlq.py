@@ -130,6 +130,13 @@ def test_redrive_moves_once_and_records_it(kafka_bootstrap: str, topics: tuple[s
     report = orjson.loads(second.stdout)
     assert [m["dlq_offset"] for m in report["moved"]] == [1]  # only the KeyError one is new
     assert len(report["skipped"]) == 2
+    assert (report["read"], report["matched"]) == (3, 3)
+
+    unmatched = invoke(kafka_bootstrap, "dlq", "redrive", dlq, "--filter", "error.type=NoSuchError")
+    assert unmatched.exit_code == 0, unmatched.output
+    assert f"none of the 3 letter(s) in {dlq} matches the filters: nothing to move" in " ".join(
+        unmatched.stdout.split()
+    )
 
     third = invoke(kafka_bootstrap, "dlq", "redrive", dlq)
     assert "nothing to move" in third.stdout and "skipped 3 record(s) already redriven" in third.stdout

@@ -54,6 +54,36 @@ def committed(admin: AdminClient, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in res.topic_partitions or []}
 
 
+def test_groups_lists_each_group_with_its_topics_lag_and_finished_records(
+    kafka_bootstrap: str, consumed: str, group_id: str
+) -> None:
+    """No command listed the consumer groups (a review): ``laneway groups`` lists each, with
+    the lag ``laneway lag`` totals and the records its commit metadata names."""
+    other = f"{group_id}-other"
+    commit(kafka_bootstrap, other, [TopicPartition(consumed, 0, 4, metadata=gaps.encode(4, {6, 7}))])
+    result = invoke(kafka_bootstrap, "groups", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {g["group"]: g for g in orjson.loads(result.stdout)}
+    assert rows[group_id] == {
+        "group": group_id,
+        "state": "empty",
+        "members": 0,
+        "topics": [consumed],
+        "lag": 6,
+        "finished_beyond": 0,
+    }
+    # partition 1 has no offset of this group: counted from its start, as `laneway lag` counts it
+    assert (rows[other]["lag"], rows[other]["finished_beyond"]) == (16, 2)
+    assert orjson.loads(invoke(kafka_bootstrap, "lag", other, "--json").stdout)["total_lag"] == 16
+
+    table = invoke(kafka_bootstrap, "groups")
+    assert table.exit_code == 0, table.output
+    line = next(x for x in table.stdout.splitlines() if group_id in x and other not in x)
+    assert re.search(
+        rf"{re.escape(group_id)}\s*\S\s*empty\s*\S\s*0\s*\S\s*{re.escape(consumed)}\s*\S\s*6\b", line
+    ), line
+
+
 def test_lag_per_partition(kafka_bootstrap: str, consumed: str, group_id: str) -> None:
     result = invoke(kafka_bootstrap, "lag", group_id, "--json")
     assert result.exit_code == 0, result.output
@@ -224,8 +254,8 @@ def test_replay_one_partition_into_a_new_group_keeps_the_others(
     moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", "0:2", "--new-group", fresh)
     assert moved.exit_code == 0, moved.output
     assert (
-        f"reset 1 partition(s) of {fresh}, and gave it {group_id}'s offsets of 1 more, as they are"
-        in moved.stdout
+        f"moved 1 partition(s) of {fresh}; gave it {group_id}'s offsets of 1 more, as they are"
+        in " ".join(moved.stdout.split())
     )
     assert committed(kafka_admin, fresh) == {0: 2, 1: 10}
     assert committed(kafka_admin, group_id) == {0: 4, 1: 10}
@@ -421,6 +451,10 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
     same = invoke(kafka_bootstrap, "replay", group_id, "--shift", "0")
     assert same.exit_code == 0, same.output
     assert "run again" not in same.output
+    assert (
+        f"moved 0 partition(s) of {group_id}; 2 already at the offset asked for, left as they were "
+        "with their commit metadata"
+    ) in " ".join(same.output.split())
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (3, p1)}
 
     plan = invoke(
@@ -431,6 +465,7 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
     assert (row["partition"], row["before"], row["after"], row["rerun"]) == (1, 3, 5, 2)  # 5 and 8
     moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5")
     assert moved.exit_code == 0, moved.output
+    assert f"moved 1 partition(s) of {group_id}\n" in moved.stdout
     assert (
         "2 record(s) the group had finished beyond its committed offsets will run again from the new "
         f"offsets ({consumed}:1 2): the commit metadata that named them is not written"

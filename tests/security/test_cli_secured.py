@@ -160,6 +160,8 @@ def test_lag_and_replay_dry_run(secure_broker: SecureBroker, synced: Synced) -> 
     lag = ok(laneway(secure_broker, "lag", synced.group, "--json", config=app_file)).json()
     assert lag["total_lag"] == 0
     assert {p["partition"]: p["committed"] for p in lag["partitions"]} == ends
+    groups = {g["group"]: g for g in ok(laneway(secure_broker, "groups", "--json", config=app_file)).json()}
+    assert (groups[synced.group]["topics"], groups[synced.group]["lag"]) == ([synced.changes], 0)
     plan = ok(
         laneway(
             secure_broker, "replay", synced.group, "--to-earliest", "--dry-run", "--json", config=app_file

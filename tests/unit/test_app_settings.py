@@ -407,3 +407,22 @@ def test_a_client_config_that_is_not_a_dict_is_a_config_error_naming_it(field: s
     with pytest.raises(ConfigError) as info:
         App("a", bootstrap_servers="127.0.0.1:1", **{field: [("acks", "all")]})
     assert info.value.field == field and "got a list" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"concurrency": 0}, "concurrency: must be 1 or more, got 0"),
+        ({"consumers": 65}, "consumers: must be 64 or less, got 65"),
+        ({"event_loop": "tokio"}, "event_loop: must be 'auto', 'asyncio' or 'uvloop', got 'tokio'"),
+        ({"name": ""}, "name: must not be empty"),
+        ({"group_id": "a b"}, r"group_id: must match ^[A-Za-z0-9._\-]+$, got 'a b'"),
+    ],
+)
+def test_a_refused_setting_says_its_bound_and_the_value_given(kwargs: dict[str, Any], said: str) -> None:
+    """pydantic's own words ("Input should be greater than or equal to 1") left out the value
+    given; a refusal reads as Laneway's other checks do."""
+    fields: dict[str, Any] = {"name": "orders", "bootstrap_servers": "127.0.0.1:9092", **kwargs}
+    with pytest.raises(ConfigError) as caught:
+        App(fields.pop("name"), **fields)
+    assert str(caught.value) == said

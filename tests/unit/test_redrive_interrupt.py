@@ -279,7 +279,13 @@ def test_a_signal_after_a_dry_run_or_nothing_to_move_says_nothing_changed() -> N
     dry = rd.RedriveReport("id-1", DLQ, True, (rd.Moved(0, 0, "orders", 0),), (), ())
     assert dlq_cli._outcome(dry, None) == "the dry run was whole; nothing changed"
     empty = rd.RedriveReport("id-2", DLQ, False, (), (), ())
-    assert dlq_cli._outcome(empty, None) == "there was nothing to move; nothing changed"
+    assert dlq_cli._outcome(empty, None) == "nothing to move; nothing changed"
+    none = rd.RedriveReport("id-2", DLQ, False, (), (), (), read=0, matched=0)
+    assert dlq_cli._outcome(none, None) == f"{DLQ} holds no dead letters: nothing to move; nothing changed"
+    unmatched = rd.RedriveReport("id-2", DLQ, False, (), (), (), read=5, matched=0)
+    assert dlq_cli._outcome(unmatched, None) == (
+        f"none of the 5 letter(s) in {DLQ} matches the filters: nothing to move; nothing changed"
+    )
     moved = rd.RedriveReport("id-3", DLQ, False, (rd.Moved(0, 0, "orders", 0, 7),), (), ())
     assert dlq_cli._outcome(moved, 1) == (
         f"it moved all 1 record(s) it chose (up to its --limit; more letters may be left), each recorded "

@@ -132,9 +132,11 @@ class Ledger:
     ) -> list[PartitionStatus]:
         """Each assigned partition's :class:`PartitionStatus` at ``now`` (monotonic seconds).
 
-        ``heads`` gives the lanes' head events: it is called only when a partition's oldest
-        unfinished offset moved since the last call (its event is the head of its lane, unless
-        it runs on the submitting thread or in a lane of its own: then its key is not known)."""
+        ``heads`` gives the lanes' events, heads first: it is called only when a partition's
+        oldest unfinished offset was not found yet, and read until each such offset is found.
+        The event is a lane's head, or queued behind another partition's event of its key; one
+        running on the submitting thread or in a lane of its own is in no lane, and its key is
+        not known."""
         looking: dict[int, PartitionState] = {}
         for state in self.states.values():
             low = state.tracker.lowest()
@@ -150,6 +152,9 @@ class Ledger:
             for ev, st in heads():
                 if id(st) in looking and (h := st.head) is not None and h[0] == ev.offset:
                     st.head = (h[0], h[1], ev)
+                    del looking[id(st)]
+                    if not looking:
+                        break
         out: list[PartitionStatus] = []
         for tp, state in self.states.items():
             tracker = state.tracker

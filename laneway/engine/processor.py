@@ -21,10 +21,11 @@ Thread model:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from laneway.engine.aio import AsyncPool, EventLoop, loop_factory
 from laneway.engine.cost import CostModel
@@ -431,12 +432,16 @@ class Processor(Dispatching):
 
     def status(self) -> list[PartitionStatus]:
         """Each assigned partition's state now (read-only, for ``/status`` and the stall check):
-        computed on demand under the lock; the lanes are scanned only for the partitions whose
-        oldest unfinished offset moved since the last call (:meth:`Ledger.status`)."""
+        computed on demand under the lock; the lanes are scanned, heads first, only for the
+        partitions whose oldest unfinished event was not found yet (:meth:`Ledger.status`)."""
         lanes = self.table.lanes
 
-        def heads() -> Iterable[tuple[Event, PartitionState]]:
-            return [lane[0] for lane in lanes.values() if lane]
+        def heads() -> Iterator[tuple[Event, PartitionState]]:
+            yield from (lane[0] for lane in lanes.values() if lane)
+            # behind another partition's event of the same key (read while the lock is held)
+            for lane in lanes.values():
+                if len(lane) > 1:
+                    yield from itertools.islice(lane, 1, None)
 
         with self._lock:
             return self._ledger.status(heads, time.monotonic())

@@ -98,6 +98,28 @@ def test_the_document_names_the_oldest_unfinished_record_its_key_and_the_gap(gat
     proc.close()
 
 
+def test_an_oldest_record_queued_behind_its_key_on_another_partition_is_named(gate: threading.Event) -> None:
+    """A partition's oldest record that waited in its key's lane behind another partition's
+    record had no key and no time lag in the document (a review): the lanes were read at their
+    heads only."""
+    proc, board, metrics = _setup(gate)
+    try:
+        evs = [Event("t", 0, 0, b"stuck", b"v", timestamp_ms=1000, size=1)]
+        evs += [Event("t", 1, 0, b"stuck", b"v", timestamp_ms=2000, size=1)]
+        proc.submit(evs)
+        metrics.batch(evs)
+        wait_for(lambda: proc.workers()[0] == 1)
+        doc = orjson.loads(orjson.dumps(board.document()))
+        rows = {p["partition"]: p for p in doc["partitions"]}
+        assert (rows[0]["oldest_offset"], rows[0]["oldest_key"], rows[0]["in_flight"]) == (0, "stuck", 1)
+        assert (rows[1]["oldest_offset"], rows[1]["oldest_key"], rows[1]["queued"]) == (0, "stuck", 1)
+        assert rows[1]["time_lag_s"] is not None and rows[1]["time_lag_s"] > 0
+    finally:
+        gate.set()
+    assert proc.drain(5)
+    proc.close()
+
+
 def test_a_partition_whose_oldest_record_does_not_move_is_named_stalled(gate: threading.Event) -> None:
     proc, board, _ = _setup(gate, stall=0.2)
     try:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from laneway.engine.cost import CHUNK_OVERRUN, CostModel
 from laneway.engine.events import Event
-from laneway.engine.lanes import Failed, Head, Lane, LaneTable
+from laneway.engine.lanes import Failed, Head, Inline, Lane, LaneTable
 from laneway.engine.metrics import Metrics
 from laneway.engine.monitor import Monitor, take_all
 from laneway.engine.partitions import PartitionState
@@ -35,6 +35,8 @@ class Engine(Protocol):
     closed: bool
     #: the handler timeouts' warnings, sampled per topic
     timeouts_log: Sampled
+    #: per consumer thread in a direct run, its current run (see :data:`~laneway.engine.lanes.Inline`)
+    inline: dict[int, Inline]
 
     def after(self, lane: Lane, ev: Event, state: PartitionState, err: BaseException | None) -> None: ...
 

@@ -20,6 +20,7 @@ __all__ = [
     "INITIAL_COST",
     "INLINE_BUDGET",
     "INLINE_COST",
+    "INLINE_WARN",
     "MAX_CHUNK",
     "OVERRUN_STREAK",
     "SLOW_STREAK",
@@ -62,6 +63,9 @@ OVERRUN_STREAK = 3
 #: every STEAL_TICK: one blocked call must not hold the other keys of its chunk
 STEAL_AFTER = 0.05
 STEAL_TICK = 0.02
+#: a call on a consumer thread (a cheap handler's direct run) running this long is said in a
+#: warning: that consumer fetches and commits nothing until it returns (s)
+INLINE_WARN = 1.0
 
 
 class CostModel:

@@ -14,6 +14,7 @@ lock to finish what it ran.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -60,46 +61,51 @@ def run_direct(
     took: list[float] = []
     took_of: HandlerSpec | None = None
     stamp = 0
-    for r, (state, spec, first) in enumerate(runs):
-        end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
-        if first == end:
-            continue
-        if state.revoked:
-            done = end  # dropped, as a worker would drop them (see _finish)
-            continue
-        prev = perf()
-        if prev > deadline or engine.fatal is not None:
-            break
-        if spec is not took_of:
-            if took_of is not None and took:
-                _learned(engine, took_of, took, stamp)
-            took, took_of = [], spec
-        fn, deserializer = spec.fn, spec.deserializer
-        before = len(took)
-        failure = None
-        for ev in direct[first:end]:
-            try:
-                if deserializer is not None and ev.attempt == 1:
-                    ev.payload = deserialize(spec, ev)
-                if (result := fn(ev)) is not None:
-                    check_result(result)
-            except BaseException as exc:
-                failure = exc
+    inline, me = engine.inline, threading.get_ident()  # the monitor reads what runs (Inline)
+    try:
+        for r, (state, spec, first) in enumerate(runs):
+            end = runs[r + 1][2] if r + 1 < len(runs) else len(direct)
+            if first == end:
+                continue
+            if state.revoked:
+                done = end  # dropped, as a worker would drop them (see _finish)
+                continue
+            prev = perf()
+            if prev > deadline or engine.fatal is not None:
                 break
-            now = perf()
-            took.append(now - prev)
-            prev = now
-            if now > deadline:
+            if spec is not took_of:
+                if took_of is not None and took:
+                    _learned(engine, took_of, took, stamp)
+                took, took_of = [], spec
+            fn, deserializer = spec.fn, spec.deserializer
+            before = len(took)
+            inline[me] = (prev, spec, state, direct, first, took, before)
+            failure = None
+            for ev in direct[first:end]:
+                try:
+                    if deserializer is not None and ev.attempt == 1:
+                        ev.payload = deserialize(spec, ev)
+                    if (result := fn(ev)) is not None:
+                        check_result(result)
+                except BaseException as exc:
+                    failure = exc
+                    break
+                now = perf()
+                took.append(now - prev)
+                prev = now
+                if now > deadline:
+                    break
+            ran = len(took) - before
+            if ran:
+                done += ran
+                stamp = direct[first + ran // 2].timestamp_ms
+            if failure is not None:
+                after = _run_on(engine, direct, runs, done, failure, deadline)
                 break
-        ran = len(took) - before
-        if ran:
-            done += ran
-            stamp = direct[first + ran // 2].timestamp_ms
-        if failure is not None:
-            after = _run_on(engine, direct, runs, done, failure, deadline)
-            break
-        if done < end:
-            break
+            if done < end:
+                break
+    finally:
+        inline.pop(me, None)
     if took_of is not None and took:
         _learned(engine, took_of, took, stamp)
     table = engine.table
@@ -198,6 +204,7 @@ def _run_on(
     stamp = 0
     blocked: dict[str, set[object]] = {}
     out: After = []
+    inline, me = engine.inline, threading.get_ident()
     rest: list[tuple[Event, object]] = []
     stop = False
     for r, (state, spec, first) in enumerate(runs):
@@ -227,6 +234,7 @@ def _run_on(
         hold = stop or state.revoked or engine.fatal is not None
         due = -1.0 if hold else deadline  # past it, the run's events are held
         prev = perf()
+        inline[me] = (prev, spec, state, None, i, took, 0)
         it = iter(direct[i:end])
         if by_key:
             for ev in it:

@@ -17,7 +17,7 @@ from laneway.engine.cost import CostModel
 from laneway.engine.direct import run_lanes
 from laneway.engine.failures import FailurePaths
 from laneway.engine.inbox import DueLanes, Inbox
-from laneway.engine.lanes import Head, Lane
+from laneway.engine.lanes import Head, Inline, Lane
 from laneway.engine.sampled import Sampled
 from laneway.engine.timer import Timer
 from laneway.engine.workers import ThreadPool
@@ -45,6 +45,7 @@ class Dispatching(FailurePaths):
     _submitted_at: float
     _idle: bool
     timeouts_log: Sampled
+    inline: dict[int, Inline]
 
     def _dispatch(
         self, lanes: list[Lane], inline: bool = False, keep: bool = False, owner: object = None

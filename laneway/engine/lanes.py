@@ -24,7 +24,7 @@ from laneway.engine.events import Event, TopicPartition
 from laneway.engine.handlers import HandlerSpec
 from laneway.engine.partitions import PartitionState
 
-__all__ = ["DirectRun", "FinishingLock", "Head", "Lane", "LaneTable", "lane_id", "new_lane"]
+__all__ = ["DirectRun", "FinishingLock", "Head", "Inline", "Lane", "LaneTable", "lane_id", "new_lane"]
 
 
 class Lane(deque[tuple[Event, PartitionState]]):
@@ -43,6 +43,12 @@ Failed = tuple[Lane, Event, PartitionState, BaseException]
 #: a run of one partition's events to run on the submitting thread: (state, spec, where it
 #: starts in the list of such events)
 DirectRun = tuple[PartitionState, HandlerSpec, int]
+#: a consumer thread's direct run as it goes, for the monitor: (when its current run of one
+#: partition began (perf_counter), its handler, the partition's state, the batch's events,
+#: where the run starts in them, the handler times list the run appends to, its length when
+#: the run began). The call running is ``events[start + len(took) - before]``, begun at
+#: ``began + sum(took[before:])``; past a failure the events are None (the call is not known).
+Inline = tuple[float, HandlerSpec, PartitionState, list[Event] | None, int, list[float], int]
 
 
 def lane_id(spec: HandlerSpec, ev: Event) -> Hashable:

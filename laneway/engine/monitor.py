@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from laneway.engine.cost import STEAL_AFTER, STEAL_TICK
+from laneway.engine.cost import INLINE_WARN, STEAL_AFTER, STEAL_TICK
 from laneway.engine.lanes import Head
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class Monitor:
     timeout (the watchdog). Its registries are written by workers and read by its threads,
     item by item (atomic dict operations, no lock)."""
 
-    __slots__ = ("_engine", "_stopped", "_threads", "_timeouts", "chunks", "ticks", "watched")
+    __slots__ = ("_engine", "_said", "_stopped", "_threads", "_timeouts", "chunks", "ticks", "watched")
 
     def __init__(self, engine: Engine, timeouts: list[float]) -> None:
         self._engine = engine
@@ -45,6 +45,8 @@ class Monitor:
         #: called at each tick of the overrun thread (the thread pool's ``grow``: chunks queued
         #: while every worker blocks get a thread once the calls count as blocked)
         self.ticks: list[Callable[[], None]] = []
+        #: per consumer thread, the call on it last warned of (see :meth:`_inline_calls`)
+        self._said: dict[int, tuple[float, int]] = {}
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._overruns, name="laneway-overrun", daemon=True)]
@@ -88,6 +90,33 @@ class Monitor:
                     engine.hand_back(rest)
                 if len(run.ok) > run.finished:  # its chunk-mates done before it: finished now
                     engine.dispatch_more(run.finish_early())
+            self._inline_calls(now)
+
+    def _inline_calls(self, now: float) -> None:
+        """Warn, once per call, of a call on a consumer thread (a cheap handler's direct run)
+        that has run past :data:`INLINE_WARN`: that consumer fetches and commits nothing until
+        it returns, and nothing but a line can say why its partitions stopped."""
+        for ident, (began, spec, state, events, start, took, before) in list(self._engine.inline.items()):
+            if now - began < INLINE_WARN:
+                continue
+            ran = len(took) - before
+            since = began + sum(took[before : before + ran])
+            if now - since < INLINE_WARN or self._said.get(ident) == (began, ran):
+                continue
+            self._said[ident] = (began, ran)
+            i = start + ran
+            what = (
+                repr(events[i]) if events is not None and i < len(events) else f"{state.tp[0]}[{state.tp[1]}]"
+            )
+            logger.warning(
+                "handler for %s has run %.1fs on %s on the consumer thread: a handler measured cheap "
+                "runs there, and this consumer fetches and commits nothing until the call returns. A "
+                "handler that may block should have a timeout (its calls then run on worker threads) "
+                "or be async def",
+                spec.topic,
+                now - since,
+                what,
+            )
 
     def _watchdog(self, tick: float) -> None:
         """Report plain handlers running past their timeout while they run (a thread cannot be

@@ -35,7 +35,7 @@ from laneway.engine.events import Event, Output, TopicPartition, output_size
 from laneway.engine.failures import letters_log, timeouts_log
 from laneway.engine.handlers import DeadLetterSink, HandlerSpec
 from laneway.engine.inbox import DueLanes, Inbox
-from laneway.engine.lanes import LaneTable
+from laneway.engine.lanes import Inline, LaneTable
 from laneway.engine.metrics import Metrics, NoopMetrics
 from laneway.engine.monitor import Monitor
 from laneway.engine.partitions import Commits, Ledger, PartitionState, PartitionStatus
@@ -94,6 +94,8 @@ class Processor(Dispatching):
         self._timer = Timer(clock)
         self._letters_log = letters_log(self._timer.schedule, clock)
         self.timeouts_log = timeouts_log(self._timer.schedule, clock)
+        #: the consumer threads' direct runs as they go (the monitor warns of a call blocking one)
+        self.inline: dict[int, Inline] = {}
         self._parked = 0
         self._submitted_at = 0.0  # time.monotonic() at the last submit (see to_submitter)
         self._idle = False  # the submitter waits for records (see idle)

@@ -150,7 +150,7 @@ def test_a_tick_that_raises_does_not_stop_the_monitor() -> None:
     chunk's heads, while the health checks still saw every worker alive."""
     from laneway.engine.monitor import Monitor
 
-    engine: Any = SimpleNamespace(closed=False)
+    engine: Any = SimpleNamespace(closed=False, inline={})
     monitor = Monitor(engine, [])
     seen: list[int] = []
 

@@ -145,12 +145,14 @@ def test_a_direct_run_finishes_and_lanes_what_the_rule_says(case: dict[str, Any]
         fatal=RuntimeError("halted") if case["fatal"] else None,
         cost=SimpleNamespace(learn=lambda topic, n, total: learned.append(n)),
         metrics=SimpleNamespace(processed=lambda topic, took, stamp: None),
+        inline={},
         after_failures=after_failures,
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("laneway.engine.direct.time.perf_counter", lambda: float(calls.n))
         patch.setattr("laneway.engine.direct._cost.INLINE_BUDGET", case["budget"])
         more = direct.run_direct(engine, list(evs), runs)
+    assert engine.inline == {}  # the monitor finds no run left behind
 
     # done: below the position or marked beyond it (a revoked partition's are dropped, unmarked)
     def is_done(ev: Event) -> bool:

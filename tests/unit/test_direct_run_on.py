@@ -148,6 +148,7 @@ def test_the_run_past_a_failure_runs_and_queues_what_the_rule_says(case: dict[st
         fatal=RuntimeError("halted") if case["fatal"] else None,
         cost=SimpleNamespace(learn=lambda topic, n, total: learned.append(n)),
         metrics=SimpleNamespace(processed=lambda topic, took, stamp: None),
+        inline={},
     )
     start = case["start"]
     with pytest.MonkeyPatch.context() as patch:

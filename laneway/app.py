@@ -182,7 +182,8 @@ class App:
         ``deserializer="json"`` decodes the value into ``event.payload``; a value that does not
         decode (a null one, a tombstone, too) is dead-lettered at once, reason ``deserialize``.
         ``conflate=True`` (key ordering, for records that are full snapshots of their key): when
-        several of a key's records wait, only the newest runs and the older count as done.
+        several of a key's records wait, only the newest runs and the older count as done
+        (records without a key each run).
         A plain ``fn`` may run on several threads at once, for different keys: it must be
         thread-safe (a key's own records still run one at a time, in offset order).
         """

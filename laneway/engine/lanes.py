@@ -298,8 +298,8 @@ class LaneTable:
         with self.lock:
             for lane in lanes:
                 events = lane
-                if len(events) > 1 and lane.spec.conflate:
-                    self._conflate(lane)
+                if len(events) > 1 and lane.spec.conflate and events[0][0].key is not None:
+                    self._conflate(lane)  # (a keyless record's lane is its partition's: never)
                 while events:
                     ev, state = events[0]
                     if not state.revoked:
@@ -318,7 +318,7 @@ class LaneTable:
 
     def take_head(self, lane: Lane) -> Head | None:
         """:meth:`take_heads` of one lane (the asyncio pool's one-lane chunks, one an event)."""
-        if len(lane) > 1 and lane.spec.conflate:
+        if len(lane) > 1 and lane.spec.conflate and lane[0][0].key is not None:
             heads = self.take_heads([lane])
             return heads[0] if heads else None
         lock = self.lock

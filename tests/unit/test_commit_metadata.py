@@ -84,7 +84,9 @@ def test_offsets_still_to_come_from_the_last_metadata_are_committed_again(gate: 
         # the skipped count survives the partition's revoke (it is a gauge of the process)
         gate.set()
         commits = proc2.revoke_commits([TP], 5)
-        assert commits == {TP: (15, gaps.encode(15, set(range(16, 20)) | {40}))}
+        # 15..19 come next, finished before: the position passes them (left at 15, a restart ran
+        # it again after its key's later records), and the metadata names 40
+        assert commits == {TP: (20, gaps.encode(20, {40}))}
         assert proc2.skipped() == 5 and proc2.gauges()["skipped"] == 5
         proc2.close()
     finally:

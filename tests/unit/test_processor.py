@@ -808,6 +808,31 @@ def test_a_conflating_lane_runs_only_its_newest_event_and_marks_the_older_done(
     assert proc.final_positions() == {("t", 0): 7}  # all of them are done: the commit passes them
 
 
+def test_records_without_a_key_are_never_conflated(
+    make: Callable[..., tuple[Processor, FakeDeadLetters]],
+) -> None:
+    """A keyless record's lane is its partition's: conflating it dropped unrelated records,
+    923 keyless records of 3,000 with 4 run (a review). Each runs; the keyed ones conflate."""
+    gate = threading.Event()
+    ran: list[tuple[bytes | None, int]] = []
+
+    def handle(ev: Event) -> None:
+        gate.wait(5)
+        ran.append((ev.key, ev.offset))
+
+    proc, _ = make(HandlerSpec(topic="t", fn=handle, conflate=True), concurrency=4, partitions=1)
+    proc.submit([Event("t", 0, 0, None, b"v", size=1), Event("t", 0, 1, b"a", b"v", size=1)])
+    wait_for(lambda: proc.workers()[0] == 2)  # both lanes' heads held at the gate
+    proc.submit([Event("t", 0, i, None if i % 2 == 0 else b"a", b"v", size=1) for i in range(2, 12)])
+    gate.set()
+    assert proc.drain(5)
+    assert [o for k, o in ran if k is None] == [0, 2, 4, 6, 8, 10]  # every keyless one, in order
+    keyed = [o for k, o in ran if k == b"a"]
+    assert keyed[0] == 1 and keyed[-1] == 11 and len(keyed) < 6  # conflated
+    assert proc.gauges()["conflated"] == 12 - len(ran)
+    assert proc.final_positions() == {("t", 0): 12}
+
+
 def test_conflation_needs_key_ordering() -> None:
     with pytest.raises(ConfigError) as info:
         HandlerSpec(topic="t", fn=lambda ev: None, ordering="partition", conflate=True)

@@ -252,7 +252,7 @@ class Committer:
             return None
         return Fenced(
             f"fenced by a newer producer with transactional.id {txid} (a replica started with the "
-            f"same id): {what}; it goes on from the last commit"
+            f"same id): {what}; this instance stops, and the newer one goes on from the last commit"
         )
 
     def close(self) -> None:

@@ -4,9 +4,9 @@ A key holding more than ``max_key_share`` of the event cap pauses its partition
 (:func:`laneway.engine.flow.intake`): the partition's other keys then wait too. Without a word,
 an operator sees a partition that stopped fetching and cannot tell why. :class:`KeyCapPauses`
 logs a line when a partition pauses for its key (the key, what it holds, the cap) and when the
-key is down to where its partition may fetch again, at most a few per partition every few
-seconds (a key that flaps around its cap would fill the log), and gives each paused
-partition's reason for ``/status``.
+key is down to where its partition may fetch again, at most :data:`BURST` per partition every
+:data:`WINDOW` seconds, then a count (a key that flaps around its cap would fill the log: a
+review saw ten lines every 10 s), and gives each paused partition's reason for ``/status``.
 
 Threads: the consumer's own loop calls :meth:`see`; :meth:`reasons` may be read from any thread.
 """
@@ -23,6 +23,10 @@ __all__ = ["KeyCapPauses", "key_for_people"]
 logger = logging.getLogger("laneway.kafka.source")
 
 Partition = tuple[str, int]
+
+#: a partition's pause and resume lines for hot keys, per window (s): the first pause and its
+#: resume, then one count per window
+BURST, WINDOW = 2, 60.0
 
 
 def key_for_people(key: bytes | None, limit: int = 64) -> str:
@@ -45,6 +49,8 @@ class KeyCapPauses:
             logger,
             "%d more pause(s) or resume(s) of %s for a hot key in the last %.0fs, not logged one by one",
             level=logging.INFO,
+            burst=BURST,
+            window=WINDOW,
         )
 
     def see(self, hot: Mapping[Partition, tuple[bytes | None, int]], assigned: Set[Partition]) -> None:

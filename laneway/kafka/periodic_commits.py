@@ -58,6 +58,8 @@ class PeriodicCommits:
             consumer.resume([TopicPartition(t, p) for t, p in released])
         if near - self._held:
             logger.info("paused %s: their commit metadata nears its limit", sorted(near - self._held))
+        if gone := self._held - near:  # said as the pause was: an operator sees both ends
+            logger.info("no longer near the commit metadata's limit: %s fetch again", sorted(gone))
         self._held = near
 
     def _hold_nearing(self) -> None:

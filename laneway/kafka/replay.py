@@ -111,6 +111,9 @@ class ResetRow:
     #: records the group had finished beyond ``before`` (named in its commit metadata) at or
     #: past ``after``, which run again once the row is written without that metadata
     rerun: int = 0
+    #: records from ``before`` up to a later ``after`` that the group had not finished (not named
+    #: in its commit metadata): a move forward skips them, never to run
+    skips: int = 0
 
     def out_of_range(self) -> str | None:
         """One line saying where an offset asked for outside the partition moves, or None."""
@@ -263,12 +266,20 @@ def _row(
     if before is not None and after == before:
         return ResetRow(*tp, before, after, low, high, requested, metadata=metadata)
     rerun = 0
+    named: set[int] = set()
     if before is not None and metadata and metadata.startswith(gaps.VERSION):
         try:
-            rerun = sum(1 for o in gaps.decode(before, metadata, limit=10_000_000) if o >= after)
+            named = gaps.decode(before, metadata, limit=10_000_000)
         except ValueError:  # not Laneway's after all: it names nothing
-            rerun = 0
-    return ResetRow(*tp, before, after, low, high, requested, rerun=rerun)
+            named = set()
+        rerun = sum(1 for o in named if o >= after)
+    start = max(before, low) if before is not None else None
+    skips = (
+        after - start - sum(1 for o in named if start <= o < after)
+        if start is not None and after > start
+        else 0
+    )
+    return ResetRow(*tp, before, after, low, high, requested, rerun=rerun, skips=skips)
 
 
 def _kept_rows(admin: AdminClient, gs: GroupState, named: set[tuple[str, int]]) -> list[ResetRow]:

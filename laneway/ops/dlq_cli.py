@@ -88,8 +88,9 @@ Filters = Annotated[
     typer.Option(
         "--filter",
         "-f",
-        help="FIELD=VALUE or FIELD~TEXT over key, partition, offset or a header "
-        "(error.type, error.message, original.topic, reason ...); repeatable, all must match",
+        help="FIELD=VALUE or FIELD~TEXT over key, partition and offset (the dead letter's own, in "
+        "the dead-letter topic) or a header (error.type, error.message, original.topic, "
+        "original.partition, original.offset, reason ...); repeatable, all must match",
     ),
 ]
 

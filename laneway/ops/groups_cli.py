@@ -212,6 +212,7 @@ def _plan_json(plan: ResetPlan, applied: bool) -> dict[str, Any]:
                 "after": r.after,
                 "kept": r.kept,
                 "rerun": r.rerun,
+                "skips": r.skips,
             }
             for r in plan.rows
         ],
@@ -230,6 +231,19 @@ def _reset_line(after: ResetPlan, group: str) -> str:
     if kept:
         line += f"; gave it {group}'s offsets of {kept} more, as they are"
     return line
+
+
+def _skip_line(plan: ResetPlan) -> str | None:
+    """One line counting the records a move forward skips that the group had not finished
+    (its commit metadata did not name them), or None when there are none."""
+    rows = [r for r in plan.rows if r.skips]
+    if not rows:
+        return None
+    each = ", ".join(f"{r.topic}:{r.partition} {r.skips}" for r in rows)
+    return (
+        f"{sum(r.skips for r in rows)} record(s) between the committed and the new offsets that the group "
+        f"had not finished will never run ({each})"
+    )
 
 
 def _rerun_line(plan: ResetPlan) -> str | None:
@@ -327,8 +341,9 @@ def replay(
             return
         console = common.console()
         console.print(_plan_table(plan, f"plan for {where}: {target.describe()}"))
-        if line := _rerun_line(plan):
-            typer.echo(line)
+        for line in (_rerun_line(plan), _skip_line(plan)):
+            if line:
+                typer.echo(line)
         console.print("dry run: nothing changed")
         return
     check_no_live_members(admin, plan.target_group)  # refuse before printing a "before" picture
@@ -347,5 +362,6 @@ def replay(
         return
     common.console().print(_plan_table(after, f"after: {where}", labels=("before", "after")))
     typer.echo(_reset_line(after, group))
-    if line := _rerun_line(after):
-        typer.echo(line)
+    for line in (_rerun_line(after), _skip_line(after)):
+        if line:
+            typer.echo(line)

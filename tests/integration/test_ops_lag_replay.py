@@ -463,12 +463,17 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
     assert plan.exit_code == 0, plan.output
     (row,) = orjson.loads(plan.stdout)["partitions"]
     assert (row["partition"], row["before"], row["after"], row["rerun"]) == (1, 3, 5, 2)  # 5 and 8
+    assert row["skips"] == 1  # 3: not finished, and passed (4 was)
     moved = invoke(kafka_bootstrap, "replay", group_id, "--to-offset", f"{consumed}:1:5")
     assert moved.exit_code == 0, moved.output
     assert f"moved 1 partition(s) of {group_id}\n" in moved.stdout
     assert (
         "2 record(s) the group had finished beyond its committed offsets will run again from the new "
         f"offsets ({consumed}:1 2): the commit metadata that named them is not written"
+    ) in " ".join(moved.output.split())
+    assert (
+        f"1 record(s) between the committed and the new offsets that the group had not finished will "
+        f"never run ({consumed}:1 1)"
     ) in " ".join(moved.output.split())
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (5, None)}
 

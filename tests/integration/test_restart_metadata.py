@@ -267,6 +267,8 @@ def test_between_commits_a_partition_stops_fetching_before_its_metadata_passes_t
         assert any("their commit metadata nears its limit" in m for m in said), said
         gate.set()
         assert wait(lambda: len(done) == n, timeout=60)
+        resumed = [r.getMessage() for r in caplog.records if "no longer near" in r.getMessage()]
+        assert resumed and f"('{topic}', 0)" in resumed[0], resumed  # the pause's end is said too
     finally:
         gate.set()
         app.shutdown()  # its last commit: the end

@@ -320,7 +320,8 @@ def test_a_fenced_transaction_is_one_error_saying_so(caplog: pytest.LogCaptureFi
         assert isinstance(fenced.value, OutputError)  # a halt, as an output not produced is
         assert str(fenced.value) == (
             "fenced by a newer producer with transactional.id fx-0 (a replica started with the same id): "
-            "transaction of 3 record(s) and 1 offset(s) failed; it goes on from the last commit"
+            "transaction of 3 record(s) and 1 offset(s) failed; this instance stops, and the newer one "
+            "goes on from the last commit"
         )
         caplog.set_level(logging.INFO, logger="laneway.kafka.commit")
         committer.commit(proc.final_commits([("t", 0)], max_metadata=0), asynchronous=False)

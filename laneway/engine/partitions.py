@@ -59,6 +59,10 @@ class PartitionState:
     #: they come again they are marked done unrun, and counted in ``skipped``
     skip: set[int] = field(default_factory=set)
     skipped: int = 0
+    #: the position :meth:`position` last found past the ``skip`` offsets that come next: while
+    #: none of them has come, every offset below it still is in ``skip`` (one leaves it only by
+    #: coming), so the next look starts there instead of walking the run again
+    passed: int = -1
     #: what the last commit carried: (position, finished beyond it, the outputs' cutoff)
     committed: tuple[int, int, int] | None = None
     #: whether the last commit's metadata passed :data:`NEAR_LIMIT` of the limit
@@ -69,8 +73,26 @@ class PartitionState:
     #: when :meth:`Ledger.nearing_limit` last encoded the partition's gap (monotonic seconds)
     encoded_at: float = float("-inf")
     #: the oldest unfinished record as :meth:`Ledger.status` last saw it: (offset, since when it
-    #: is the oldest (monotonic), its event or None when it was not found at a lane's head)
+    #: is the oldest (monotonic), its event or None when it was not found in a lane)
     head: tuple[int, float, Event | None] | None = None
+    #: whether :meth:`Ledger.status` read the lanes past their heads for ``head`` (once per
+    #: offset: one in no lane, on the submitting thread or unordered, is looked for at the heads)
+    searched: bool = False
+
+    def position(self) -> int | None:
+        """The position to commit: the tracker's, past the offsets the previous owner finished
+        that come next (its commit passed them). Left at the first of them, a restart ran it
+        again after its key's later records (a review: a key's state went back an old version)."""
+        tracker = self.tracker
+        pos = tracker.position()
+        if pos is None or not self.skip or pos <= tracker.highest:
+            return pos
+        pos = max(pos, self.passed)
+        skip = self.skip
+        while pos in skip:
+            pos += 1
+        self.passed = pos
+        return pos
 
     def keep_outputs(self, offset: int, outputs: list[Output]) -> int:
         """Hold what the finished event at ``offset`` emitted until the position passes it;
@@ -128,15 +150,18 @@ class Ledger:
         return self.skipped_before + sum(s.skipped for s in list(self.states.values()))
 
     def status(
-        self, heads: Callable[[], Iterable[tuple[Event, PartitionState]]], now: float
+        self,
+        heads: Callable[[], Iterable[tuple[Event, PartitionState]]],
+        now: float,
+        behind: Callable[[], Iterable[tuple[Event, PartitionState]]] = tuple,
     ) -> list[PartitionStatus]:
         """Each assigned partition's :class:`PartitionStatus` at ``now`` (monotonic seconds).
 
-        ``heads`` gives the lanes' events, heads first: it is called only when a partition's
-        oldest unfinished offset was not found yet, and read until each such offset is found.
-        The event is a lane's head, or queued behind another partition's event of its key; one
-        running on the submitting thread or in a lane of its own is in no lane, and its key is
-        not known."""
+        ``heads`` gives the lanes' head events, ``behind`` the others: they are read only while
+        a partition's oldest unfinished offset is not found yet, ``behind`` once per such offset
+        (its event may wait behind another partition's event of its key). One running on the
+        submitting thread, or unordered, is in no lane: its key is not known, and only the heads
+        are read for it again, until the offset changes."""
         looking: dict[int, PartitionState] = {}
         for state in self.states.values():
             low = state.tracker.lowest()
@@ -144,17 +169,16 @@ class Ledger:
             if low is None:
                 state.head = None  # (and the event is let go)
             elif head is None or head[0] != low:
-                state.head = (low, now, None)
+                state.head, state.searched = (low, now, None), False
                 looking[id(state)] = state
             elif head[2] is None:
                 looking[id(state)] = state
         if looking:
-            for ev, st in heads():
-                if id(st) in looking and (h := st.head) is not None and h[0] == ev.offset:
-                    st.head = (h[0], h[1], ev)
-                    del looking[id(st)]
-                    if not looking:
-                        break
+            _find(heads(), looking)
+        if deeper := {i: st for i, st in looking.items() if not st.searched}:
+            _find(behind(), deeper)
+            for st in deeper.values():
+                st.searched = True
         out: list[PartitionStatus] = []
         for tp, state in self.states.items():
             tracker = state.tracker
@@ -167,7 +191,7 @@ class Ledger:
                     tp[0],
                     tp[1],
                     state.committed[0] if state.committed is not None else None,
-                    tracker.position(),
+                    state.position(),
                     head[0] if head is not None else None,
                     found.key if found is not None else None,
                     found.timestamp_ms if found is not None else 0,
@@ -298,14 +322,9 @@ class Ledger:
         produced in offset order, so that record and every later one of the partition run
         again after a restart, and each key still redoes a suffix of its records."""
         tracker = state.tracker
-        pos = tracker.position()
+        pos = state.position()
         if pos is None:
             return None
-        if state.skip and pos > tracker.highest:
-            # the next offsets to come are ones the previous owner finished: the position passes
-            # them, as its commit did. Left at the first, a restart ran it again after its key's
-            # later records (a review: a key's state went back to an old version)
-            pos = _past(state.skip, pos)
         if max_metadata <= 0:
             state.near_limit = False
             mark = (pos, 0, 0)
@@ -380,7 +399,7 @@ class Ledger:
     @staticmethod
     def positions_of(states: Iterable[PartitionState]) -> dict[TopicPartition, int]:
         """The safe commit position of each of ``states`` that has one."""
-        return {s.tp: p for s in states if (p := s.tracker.position()) is not None}
+        return {s.tp: p for s in states if (p := s.position()) is not None}
 
     def final_positions(
         self, tps: Iterable[TopicPartition] | None, owner: object
@@ -423,11 +442,15 @@ class Ledger:
         return freed
 
 
-def _past(skip: set[int], pos: int) -> int:
-    """The first offset from ``pos`` on that ``skip`` does not hold."""
-    while pos in skip:
-        pos += 1
-    return pos
+def _find(events: Iterable[tuple[Event, PartitionState]], looking: dict[int, PartitionState]) -> None:
+    """Give each of ``looking``'s states its oldest unfinished event from ``events``, taking
+    each found out of ``looking``; stops once every one is found."""
+    for ev, st in events:
+        if id(st) in looking and (h := st.head) is not None and h[0] == ev.offset:
+            st.head = (h[0], h[1], ev)
+            del looking[id(st)]
+            if not looking:
+                return
 
 
 def _named(state: PartitionState, pos: int, skip: bool = True) -> tuple[list[int], int]:

@@ -434,19 +434,21 @@ class Processor(Dispatching):
 
     def status(self) -> list[PartitionStatus]:
         """Each assigned partition's state now (read-only, for ``/status`` and the stall check):
-        computed on demand under the lock; the lanes are scanned, heads first, only for the
-        partitions whose oldest unfinished event was not found yet (:meth:`Ledger.status`)."""
+        computed on demand under the lock; the lanes are read only for the partitions whose
+        oldest unfinished event was not found yet, past their heads once per such event
+        (:meth:`Ledger.status`)."""
         lanes = self.table.lanes
 
         def heads() -> Iterator[tuple[Event, PartitionState]]:
-            yield from (lane[0] for lane in lanes.values() if lane)
-            # behind another partition's event of the same key (read while the lock is held)
+            return (lane[0] for lane in lanes.values() if lane)
+
+        def behind() -> Iterator[tuple[Event, PartitionState]]:  # read while the lock is held
             for lane in lanes.values():
                 if len(lane) > 1:
                     yield from itertools.islice(lane, 1, None)
 
         with self._lock:
-            return self._ledger.status(heads, time.monotonic())
+            return self._ledger.status(heads, time.monotonic(), behind)
 
     def workers(self) -> tuple[int, int]:
         """(events running in a handler, worker threads and tasks): the pools' utilisation."""

@@ -23,7 +23,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 
 from laneway.engine import gaps
-from laneway.kafka.access import Ask, raise_if_denied
+from laneway.kafka.access import Ask, KafkaAccessError, raise_if_denied
 from laneway.kafka.admin import (
     AdminError,
     BrokerUnreachableError,
@@ -294,39 +294,54 @@ class GroupSummary:
     #: the topics it has committed offsets on or is assigned
     topics: tuple[str, ...]
     #: the records not yet committed over every partition of those topics, counted as
-    #: :func:`group_lag` counts them
-    lag: int
+    #: :func:`group_lag` counts them (None when the group could not be read)
+    lag: int | None
     #: the records its commit metadata names as finished beyond the committed offsets
-    finished_beyond: int
+    finished_beyond: int | None
+    #: why the group could not be read (the ACLs, a coordinator that did not answer), or None
+    error: str | None = None
 
 
 def list_groups(admin: AdminClient) -> list[GroupSummary]:
     """Every consumer group the cluster lists (those the ACLs let the user describe), by name,
-    with its state, members, topics and lag in all (one offsets request for all the groups)."""
+    with its state, members, topics and lag in all. A group that cannot be read (the ACLs let
+    the user list it, not read its offsets or topics) has its error in its row; a broker that
+    does not answer raises :class:`~laneway.kafka.admin.BrokerUnreachableError`."""
     try:
         listed = future_result(
             admin.list_consumer_groups(),
             "listing consumer groups",
             doing=Ask("list the groups of", "cluster", "kafka-cluster", "Describe"),
         )
-        states = [group_state(admin, g) for g in sorted({x.group_id for x in listed.valid})]
-        known = {tp for gs in states for tp in (*gs.committed, *gs.assigned)}
-        everything = known | _other_partitions(admin, {t for t, _ in known})
-        marks = watermarks(admin, sorted(everything))
-    except TimeoutError as exc:  # the futures' concurrent.futures.TimeoutError: no answer
+    except TimeoutError as exc:  # the future's concurrent.futures.TimeoutError: no answer
         raise BrokerUnreachableError("no Kafka broker answered (listing consumer groups)") from exc
-    out = []
-    for gs in states:
-        if gs.state == "dead" and not gs.committed:  # gone since it was listed
-            continue
-        topics = {t for t, _ in (*gs.committed, *gs.assigned)}
-        lag = 0
-        for tp in sorted(tp for tp in marks if tp[0] in topics):
-            low, high = marks[tp]
-            lag += max(0, high - gs.committed.get(tp, low))
-        out.append(
-            GroupSummary(
-                gs.group, gs.state, gs.members, tuple(sorted(topics)), lag, sum(gs.finished_beyond.values())
-            )
-        )
+    out: list[GroupSummary] = []
+    partitions: dict[str, set[tuple[str, int]]] = {}  # each topic's, looked up once
+    for group in sorted({x.group_id for x in listed.valid}):
+        try:
+            out.extend(_summary(admin, group, partitions))
+        except BrokerUnreachableError:
+            raise
+        except TimeoutError as exc:
+            raise BrokerUnreachableError(f"no Kafka broker answered (reading group {group!r})") from exc
+        except (AdminError, KafkaAccessError) as exc:
+            out.append(GroupSummary(group, "unknown", 0, (), None, None, error=str(exc)))
     return out
+
+
+def _summary(
+    admin: AdminClient, group: str, partitions: dict[str, set[tuple[str, int]]]
+) -> list[GroupSummary]:
+    """``group``'s row (none when it is gone since it was listed)."""
+    gs = group_state(admin, group)
+    if gs.state == "dead" and not gs.committed:
+        return []
+    known = {*gs.committed, *gs.assigned}
+    topics = sorted({t for t, _ in known})
+    for topic in topics:
+        if topic not in partitions:
+            partitions[topic] = _other_partitions(admin, {topic})
+    tps = sorted(known.union(*(partitions[t] for t in topics)))
+    marks = watermarks(admin, tps)
+    lag = sum(max(0, high - gs.committed.get(tp, low)) for tp, (low, high) in marks.items())
+    return [GroupSummary(group, gs.state, gs.members, tuple(topics), lag, sum(gs.finished_beyond.values()))]

@@ -58,9 +58,17 @@ def groups(bootstrap: Bootstrap = None, json: Json = False) -> None:
     )
     for g in found:
         table.add_row(
-            g.group, g.state, str(g.members), ", ".join(g.topics) or "-", str(g.lag), str(g.finished_beyond)
+            g.group,
+            g.state,
+            str(g.members),
+            ", ".join(g.topics) or "-",
+            common.opt(g.lag),
+            common.opt(g.finished_beyond),
         )
     common.console().print(table)
+    for g in found:
+        if g.error is not None:  # the others are listed: one group the ACLs hide is no reason to fail
+            typer.secho(f"warning: group {g.group}: {g.error}", err=True, fg=typer.colors.YELLOW)
 
 
 # -- lag -------------------------------------------------------------------------------
@@ -226,8 +234,10 @@ def _reset_line(after: ResetPlan, group: str) -> str:
     named = [r for r in after.rows if not r.kept]
     moved = sum(r.before != r.after for r in named)
     line = f"moved {moved} partition(s) of {after.target_group}"
-    if stayed := len(named) - moved:
+    if (stayed := len(named) - moved) and after.target_group == group:
         line += f"; {stayed} already at the offset asked for, left as they were with their commit metadata"
+    elif stayed:  # a new group's: written at the group's offset
+        line += f"; {stayed} at {group}'s offset, the one asked for, with its commit metadata"
     if kept:
         line += f"; gave it {group}'s offsets of {kept} more, as they are"
     return line
@@ -240,9 +250,16 @@ def _skip_line(plan: ResetPlan) -> str | None:
     if not rows:
         return None
     each = ", ".join(f"{r.topic}:{r.partition} {r.skips}" for r in rows)
+    # offsets, not records: a transaction's marker or a compacted record takes one too
+    n = sum(r.skips for r in rows)
+    if plan.target_group == plan.group:
+        return (
+            f"up to {n} record(s) between the committed and the new offsets that the group had not "
+            f"finished will never run ({each})"
+        )
     return (
-        f"{sum(r.skips for r in rows)} record(s) between the committed and the new offsets that the group "
-        f"had not finished will never run ({each})"
+        f"up to {n} record(s) between {plan.group}'s committed offsets and the new ones, which "
+        f"{plan.group} had not finished, will not run in {plan.target_group} ({each})"
     )
 
 

@@ -71,6 +71,7 @@ def test_groups_lists_each_group_with_its_topics_lag_and_finished_records(
         "topics": [consumed],
         "lag": 6,
         "finished_beyond": 0,
+        "error": None,
     }
     # partition 1 has no offset of this group: counted from its start, as `laneway lag` counts it
     assert (rows[other]["lag"], rows[other]["finished_beyond"]) == (16, 2)
@@ -472,8 +473,8 @@ def test_replay_that_leaves_an_offset_where_it_is_keeps_its_metadata_and_a_move_
         f"offsets ({consumed}:1 2): the commit metadata that named them is not written"
     ) in " ".join(moved.output.split())
     assert (
-        f"1 record(s) between the committed and the new offsets that the group had not finished will "
-        f"never run ({consumed}:1 1)"
+        f"up to 1 record(s) between the committed and the new offsets that the group had not finished "
+        f"will never run ({consumed}:1 1)"
     ) in " ".join(moved.output.split())
     assert commits(kafka_admin, group_id) == {0: (4, p0), 1: (5, None)}
 

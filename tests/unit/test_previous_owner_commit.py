@@ -60,6 +60,24 @@ def test_a_commit_names_or_passes_every_offset_the_previous_owner_finished(
     assert not unfinished & skipped_next
     # the position is the lowest offset neither owner finished
     assert pos == min(set(range(n + 1)) - named - finished)
+    # more comes, and commits again (the position's look starts where the last one stopped)
+    more = max(fetched, int(rng.random() * n))
+    state = ledger.states[TP]
+    if more > fetched:
+        state.tracker.extend(list(range(fetched, more)))
+    for o in range(fetched, more):
+        if o in state.skip:
+            state.skip.discard(o)
+            state.tracker.done(o)
+        elif rng.random() < 0.7:
+            finished.add(o)
+            state.tracker.done(o)
+    unfinished = {o for o in range(more) if o not in named and o not in finished}
+    again = ledger.commits(None, 1 << 20)
+    ((pos, meta),) = (again or {TP: (pos, meta)}).values()
+    skipped_next = set(range(pos)) | (gaps.decode(pos, meta) if meta else set())
+    assert named | finished <= skipped_next and not unfinished & skipped_next
+    assert pos == min(set(range(n + 1)) - named - finished)
 
 
 def test_the_position_passes_the_named_offsets_that_come_next() -> None:

@@ -299,3 +299,31 @@ def test_a_handler_that_only_got_stuck_or_did_nothing_yet_has_its_entry() -> Non
     assert entries["idle"]["stuck"] == 0 and entries["idle"]["failures"] == {}
     board.topics = []
     assert [h["topic"] for h in board.handlers()] == ["hangs"]  # its count alone brings it
+
+
+def test_the_lanes_are_read_past_their_heads_once_per_oldest_offset() -> None:
+    """An oldest record in no lane (unordered, or on the submitting thread) had every status read
+    walk every queued event under the lock (a review: 21 ms a read at 200,000 events)."""
+    from laneway.engine.partitions import Ledger
+
+    ledger = Ledger()
+    ledger.assign([TP], owner=None)
+    state = ledger.states[TP]
+    state.tracker.extend([0, 1, 2])
+    reads = {"heads": 0, "behind": 0}
+
+    def heads() -> list[tuple[Event, object]]:
+        reads["heads"] += 1
+        return []
+
+    def behind() -> list[tuple[Event, object]]:
+        reads["behind"] += 1
+        return []
+
+    for _ in range(3):
+        (row,) = ledger.status(heads, 1.0, behind)  # type: ignore[arg-type]
+        assert row.oldest_offset == 0 and row.oldest_key is None
+    assert reads == {"heads": 3, "behind": 1}
+    state.tracker.done(0)  # a new oldest offset: looked for past the heads once more
+    ledger.status(heads, 2.0, behind)  # type: ignore[arg-type]
+    assert reads == {"heads": 4, "behind": 2}

@@ -204,6 +204,8 @@ class Committer:
         self.unanswered = max(0, self.unanswered - 1)
         failed = err is not None or any(p.error is not None for p in partitions)
         self._metrics.commit(not failed)
+        if err is None:
+            self._took([p for p in partitions if p.error is None])
         for e in (err, *(p.error for p in partitions)):  # a revoked grant stops the app
             raise_if_denied(e, {}, doing="commit the group's offsets")
         if self.closing:  # the close says once how its last answer went (a later one may succeed)
@@ -220,6 +222,13 @@ class Committer:
                 logger.warning(
                     "offset commit failed (%s); retrying on the next tick", err or "partition errors"
                 )
+
+    def _took(self, partitions: list[TopicPartition]) -> None:
+        """The positions the broker took: ``/status``'s ``committed`` (a commit sent and refused,
+        during a rebalance say, is not what a restart starts from)."""
+        for p in partitions:
+            if p.offset >= 0:
+                self._metrics.group_committed(p.topic, p.partition, p.offset)
 
     def take_recommit(self) -> bool:
         """True once after an asynchronous commit failed: the next tick sends every position."""
@@ -300,8 +309,9 @@ class AtLeastOnceCommitter(Committer):
                 self._consumer.commit(offsets=offsets, asynchronous=True)
                 self.unanswered += 1
             else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
+                took = self._consumer.commit(offsets=offsets, asynchronous=False)
                 self._metrics.commit(True)
+                self._took([p for p in (took or offsets) if p.error is None])
         except KafkaException as exc:
             self._metrics.commit(False)
             raise_if_denied(exc.args[0] if exc.args else None, {}, doing="commit the group's offsets")
@@ -384,6 +394,7 @@ class TransactionalCommitter(Committer):
             producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
             self._metrics.commit(True)
+            self._took(offsets)
         except OutputError as exc:  # a record the client refused to queue (produce() says which)
             self._metrics.commit(False)
             self.failed = OutputError(f"{exc}; {what}")

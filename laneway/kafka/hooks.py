@@ -23,9 +23,9 @@ class SourceMetrics:
         pass
 
     def group_committed(self, topic: str, partition: int, offset: int | None) -> None:
-        """The group's committed offset of an assigned partition (None: the group has none),
-        read once per assignment (laneway.kafka.lag): ``/status``'s ``committed`` until the
-        app commits the partition itself."""
+        """The group's committed offset of an assigned partition (None: the group has none), as
+        the broker holds it: read once per assignment (laneway.kafka.lag), then each commit the
+        broker took (laneway.kafka.commit): ``/status``'s ``committed``."""
 
     def forget_partition(self, topic: str, partition: int) -> None:
         pass

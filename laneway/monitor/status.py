@@ -154,7 +154,8 @@ class StatusBoard:
         states: list[PartitionStatus] = processor.status()
         paused = self._paused()
         lags = self._metrics.lags()
-        # before the app's own first commit of a partition: the group's, read on assignment
+        # what the broker holds: read on assignment, then each commit the broker took (one sent
+        # and refused, during a rebalance say, is not what a restart starts from)
         group_committed = self._metrics.group_committed_offsets()
         now_ms = self._clock() * 1000
         out = []
@@ -166,7 +167,7 @@ class StatusBoard:
                 {
                     "topic": s.topic,
                     "partition": s.partition,
-                    "committed": s.committed if s.committed is not None else group_committed.get(tp),
+                    "committed": group_committed.get(tp),
                     "position": s.position,
                     "lag": lags.get(tp),
                     "oldest_offset": s.oldest_offset,

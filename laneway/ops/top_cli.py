@@ -154,7 +154,7 @@ def render(
         ),
         Text(
             f"retries {retries:.1f}/s  dead letters {letters:.1f}/s  rebalances {rebalances}  "
-            f"commit failures {failed}"
+            f"commits refused {failed}"
         ),
     ]
     stalled = [s for d in live for s in d["stalled"]]

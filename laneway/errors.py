@@ -21,7 +21,7 @@ it. A second base in brackets is there for callers that catch it::
     │   ├── ProduceError            a record was not delivered; keeps the KafkaError and the record
     │   ├── ProducerClosedError     the producer was used after close()
     │   └── TransactionError        laneway.kafka.transactions: a transaction call failed
-    ├── OutputError                 laneway.kafka.commit: records a handler emitted were not produced
+    ├── OutputError                 laneway.kafka.outputs: records a handler emitted were not produced
     │   └── Fenced                  a newer producer with the transactional id took over (a replica)
     ├── AdminError                  laneway.kafka.admin: a cluster operation failed, nothing changed
     │   ├── BrokerUnreachableError  no broker answered at the bootstrap address
